@@ -1,0 +1,1 @@
+"""Drafters: each one file, all behind the interface in core.drafters.base."""
