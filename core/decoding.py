@@ -18,8 +18,8 @@ tau = new tokens / steps (plain decoding: exactly 1.0).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 import torch
 

@@ -11,7 +11,7 @@ import sys
 
 from tqdm import tqdm
 
-from core.decoding import generate_stream, GenerationResult
+from core.decoding import GenerationResult, generate_stream
 from core.methods import available_methods, build_drafter
 from core.target import load_target
 from core.verify import SamplingConfig

@@ -6,8 +6,8 @@ touches the callers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from core.drafters.base import Autoregressive, Drafter
 from core.drafters.pld import PromptLookupDrafter

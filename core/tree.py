@@ -32,13 +32,13 @@ class DraftTree:
             raise ValueError("every parent must come before its child")
 
     @staticmethod
-    def empty(device: torch.device | str = "cpu") -> "DraftTree":
+    def empty(device: torch.device | str = "cpu") -> DraftTree:
         z = torch.zeros(0, dtype=torch.long, device=device)
         return DraftTree(z, z.clone(), torch.zeros(0, device=device))
 
     @staticmethod
     def chain(tokens: torch.Tensor | list[int], probs: torch.Tensor | None = None,
-              q: torch.Tensor | None = None) -> "DraftTree":
+              q: torch.Tensor | None = None) -> DraftTree:
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         n = tokens.numel()
         parents = torch.arange(n, dtype=torch.long) - 1

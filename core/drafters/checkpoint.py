@@ -44,7 +44,7 @@ class DrafterConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> "DrafterConfig":
+    def from_json(cls, data: dict) -> DrafterConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - names
         if unknown:
@@ -75,7 +75,7 @@ class TrainedDrafter(torch.nn.Module, Drafter):
 
     # ----- construction --------------------------------------------------------------------
     @classmethod
-    def random(cls, target: Target, seed: int = 0, **hyper: Any) -> "TrainedDrafter":
+    def random(cls, target: Target, seed: int = 0, **hyper: Any) -> TrainedDrafter:
         """A randomly initialised drafter for `target` (tau near 1: for tests and teaching)."""
         torch.manual_seed(seed)
         cfg = cls.config_class(**{**hyper, **target_fields(target)})
@@ -101,7 +101,7 @@ class TrainedDrafter(torch.nn.Module, Drafter):
         (folder / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     @classmethod
-    def from_pretrained(cls, folder: str | Path, target: Target) -> "TrainedDrafter":
+    def from_pretrained(cls, folder: str | Path, target: Target) -> TrainedDrafter:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
@@ -130,7 +130,7 @@ class TrainedDrafter(torch.nn.Module, Drafter):
         return model.to(device=target.device, dtype=target.dtype).eval()
 
     # ----- training interface (used by core.training) ---------------------------------------
-    def training_loss(self, batch: "TrainBatch", progress: float) -> tuple[torch.Tensor, dict[str, float]]:
+    def training_loss(self, batch: TrainBatch, progress: float) -> tuple[torch.Tensor, dict[str, float]]:
         """Loss on a teacher-forced batch and metrics (per-position top-1 accuracy as 'acc@k')."""
         raise NotImplementedError
 
