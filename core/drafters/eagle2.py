@@ -1,0 +1,335 @@
+"""EAGLE-2 drafter: the baseline MoA is compared against (DESIGN.md section 4).
+
+    pair t = (feature_t, token_{t+1})      feature_t = target's last hidden state (pre-norm) at t
+    x      = fc(concat(embed(token_{t+1}), feature_t))
+    out    = one Llama decoder layer (own KV cache, target's RoPE)    -> predicted feature_{t+1}
+    logits = target final norm + LM head (frozen, shared)            -> token_{t+2}
+
+Pair t sits at position t. After each verification the drafter's cache holds one
+entry per verified token, all computed from the target's *true* features: the
+verified pairs (true feature of each verified token, the token after it; the last
+one pairs with the bonus token) are run in `accept()`, and the tree entries
+computed from predicted features during drafting are cropped away. While drafting,
+the drafter feeds its own predicted features back: a node at depth d is the pair
+(predicted feature of its parent, its token) at position root + d - 1, attending
+to the verified entries and to its ancestors under a tree mask. The tree itself is
+EAGLE-2's dynamic tree (core.drafters.dynamic_tree).
+
+Also home of the distillation loss helpers MoA reuses (`distill_terms`, `rope_kv`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from core.drafters.base import TargetNeeds, Verified
+from core.drafters.checkpoint import DrafterConfig, TrainBatch, TrainedDrafter
+from core.drafters.dynamic_tree import (
+    DEFAULT_DEPTH,
+    DEFAULT_TOP_K,
+    DEFAULT_TOTAL_TOKENS,
+    Expansion,
+    build_dynamic_tree,
+    check_tree_settings,
+)
+from core.kv_cache import KVCache
+from core.target import Target, decoder_layer
+from core.tree import DraftTree
+
+TREE_OPTIONS = ("depth", "top_k", "total_tokens")
+
+
+# ----- helpers shared with MoA ------------------------------------------------------------------
+def layer_config(target: Target):
+    """A one-layer copy of the target's Llama config: the shape of the drafter's own decoder layers."""
+    cfg = copy.deepcopy(target.config)
+    cfg.num_hidden_layers = 1
+    return cfg
+
+
+def rope_kv(kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_heads: int,
+            head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat pre-RoPE keys+values [B, T, 2 * kv_heads * head_dim] -> (roped keys, values), each [B, kv_heads, T, D]."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    b, t, _ = kv.shape
+    width = kv_heads * head_dim
+    k = kv[..., :width].reshape(b, t, kv_heads, head_dim).transpose(1, 2)
+    v = kv[..., width:].reshape(b, t, kv_heads, head_dim).transpose(1, 2)
+    _, k = apply_rotary_pos_emb(k, k, cos.to(k.dtype), sin.to(k.dtype))
+    return k, v
+
+
+def _ce_rows(pred: torch.Tensor, true: torch.Tensor, target: Target) -> tuple[torch.Tensor, ...]:
+    with torch.no_grad():
+        t_logits = target.logits(true.to(target.dtype))
+        p = torch.softmax(t_logits, dim=-1)
+        t_top = t_logits.argmax(-1)
+    logq = torch.log_softmax(target.logits(pred.to(target.dtype)), dim=-1)
+    return -(p * logq).sum(-1), logq.argmax(-1), t_top
+
+
+def distill_terms(target: Target, pred: torch.Tensor, true: torch.Tensor,
+                  chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cross-entropy of the drafter's distribution against the target's, per row, in chunks.
+
+    pred, true: [M, H] pre-norm features (drafter's and target's). Returns (ce [M] with grad,
+    drafter top-1 [M], target top-1 [M]). Each chunk is checkpointed, so only one chunk's
+    vocabulary-sized tensors are alive at a time, in the forward and in the backward pass.
+    """
+    ces, d_top, t_top = [], [], []
+    true = true.detach()
+    fn = partial(_ce_rows, target=target)
+    for s in range(0, pred.shape[0], chunk):
+        p, t = pred[s: s + chunk], true[s: s + chunk]
+        if torch.is_grad_enabled() and p.requires_grad:
+            c, d, tt = checkpoint(fn, p, t, use_reentrant=False)
+        else:
+            c, d, tt = fn(p, t)
+        ces.append(c)
+        d_top.append(d)
+        t_top.append(tt)
+    if not ces:
+        z = pred.new_zeros(0)
+        return z.float(), z.long(), z.long()
+    return torch.cat(ces), torch.cat(d_top), torch.cat(t_top)
+
+
+@torch.no_grad()
+def top1(target: Target, feats: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    """Argmax token of target.logits(feature) per row, in chunks."""
+    out = [target.logits(feats[s: s + chunk].to(target.dtype)).argmax(-1) for s in range(0, feats.shape[0], chunk)]
+    return torch.cat(out) if out else feats.new_zeros(0, dtype=torch.long)
+
+
+def smooth_l1_rows(pred: torch.Tensor, true: torch.Tensor) -> torch.Tensor:
+    """SmoothL1 (beta 1) per row, averaged over the feature dimension, in float32."""
+    return F.smooth_l1_loss(pred.float(), true.float(), reduction="none").mean(-1)
+
+
+def weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (x * w).sum() / w.sum().clamp_min(1e-6)
+
+
+def check_hyper(config_class: type[DrafterConfig], method: str, hyper: dict) -> None:
+    """Raise a ValueError naming the unknown hyper-parameters (the dataclass would raise a TypeError)."""
+    base = {f.name for f in dataclasses.fields(DrafterConfig)}
+    allowed = {f.name for f in dataclasses.fields(config_class)} - base
+    unknown = sorted(set(hyper) - allowed)
+    if unknown:
+        raise ValueError(f"{method} has no option {', '.join(unknown)}; options: {', '.join(sorted(allowed))}")
+
+
+def apply_tree_options(drafter: TrainedDrafter, opts: dict) -> None:
+    """Validate and set depth / top_k / total_tokens on a tree drafter's config."""
+    unknown = sorted(set(opts) - set(TREE_OPTIONS))
+    if unknown:
+        raise ValueError(f"{drafter.name} has no option {', '.join(unknown)}; options: {', '.join(TREE_OPTIONS)}")
+    settings = {k: opts.get(k, getattr(drafter.config, k)) for k in TREE_OPTIONS}
+    check_tree_settings(**settings)
+    for k, v in settings.items():
+        setattr(drafter.config, k, v)
+
+
+# ----- the drafter ------------------------------------------------------------------------------
+@dataclass
+class Eagle2Config(DrafterConfig):
+    depth: int = DEFAULT_DEPTH  # tree settings: see core.drafters.dynamic_tree for why these defaults
+    top_k: int = DEFAULT_TOP_K
+    total_tokens: int = DEFAULT_TOTAL_TOKENS
+    # Training: input features get uniform noise U(-noise, noise) times each token's feature RMS.
+    # EAGLE adds absolute U(-0.1, 0.1) noise to LLaMA/Vicuna features; scaling by the RMS is our
+    # choice so that the relative perturbation does not depend on the target's feature scale.
+    noise: float = 0.1
+    ce_weight: float = 0.1  # loss = SmoothL1(features) + ce_weight * CE(target dist, drafter dist)
+    eval_depth: int = 3  # training metrics acc@1..eval_depth (deeper ones feed back own features)
+
+
+class Eagle2Drafter(TrainedDrafter):
+    name = "eagle2"
+    config_class = Eagle2Config
+
+    def __init__(self, config: Eagle2Config, target: Target) -> None:
+        super().__init__(config, target)
+        h = config.hidden_size
+        self.fc = nn.Linear(2 * h, h, bias=True)
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+        self.layer = LlamaDecoderLayer(layer_config(target), layer_idx=0)
+        self.needs = TargetNeeds(hidden_layers=(config.n_target_layers,))
+        self.train_needs = self.needs
+        self.cache: KVCache | None = None
+
+    @classmethod
+    def random(cls, target: Target, seed: int = 0, **hyper: Any) -> Eagle2Drafter:
+        check_hyper(cls.config_class, cls.name, hyper)
+        return super().random(target, seed, **hyper)
+
+    def set_options(self, **opts: Any) -> None:
+        """Tree settings: depth, top_k, total_tokens."""
+        apply_tree_options(self, opts)
+
+    # ----- compute -----------------------------------------------------------------------------
+    @property
+    def _dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    def _fuse(self, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        emb = self.target.embed_tokens(tokens).to(self._dtype)
+        return self.fc(torch.cat([emb, feats.to(self._dtype)], dim=-1))
+
+    def _run(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+             mask: torch.Tensor | None) -> torch.Tensor:
+        """Pairs [1, T] through the layer on top of the cache (mask None = causal, whole prefix visible)."""
+        x = self._fuse(feats, tokens)
+        cos, sin = self.target.rope(positions)
+        out, _ = decoder_layer(self.layer, x, cos.to(x.dtype), sin.to(x.dtype), mask, self.cache, 0,
+                               self.target.head_dim)
+        self.cache.commit(tokens.shape[1])
+        return out
+
+    # ----- the drafting cycle ------------------------------------------------------------------
+    @torch.no_grad()
+    def begin(self, target: Target, prefill: Verified) -> None:
+        super().begin(target, prefill)
+        self.cache = KVCache(1, target.kv_heads, target.head_dim, len(prefill.tokens) + 256, dtype=self._dtype,
+                             device=target.device)
+        self._absorb(prefill)
+
+    @torch.no_grad()
+    def accept(self, step: Verified) -> None:
+        super().accept(step)
+        self._absorb(step)
+
+    def _absorb(self, step: Verified) -> None:
+        """Run the verified pairs (true feature of each verified token, the token after it)."""
+        self.cache.crop(step.start_position)
+        dev = self.target.device
+        feats = step.hidden[self.config.n_target_layers].to(dev)[None]
+        nxt = torch.tensor(step.tokens[1:] + [step.bonus], dtype=torch.long, device=dev)[None]
+        positions = step.start_position + torch.arange(nxt.shape[1], device=dev)[None]
+        out = self._run(feats, nxt, positions, None)
+        self._root_feat = out[0, -1]  # predicted feature of the bonus token: the next root
+        self._root_token = step.bonus
+
+    @torch.no_grad()
+    def draft(self, root: int) -> DraftTree:
+        if root != self._root_token:
+            raise RuntimeError(f"draft() got root {root} but the last verified bonus token was {self._root_token}")
+        cfg = self.config
+        r = self.cache.length  # the root's position; also the number of verified entries
+        dev = self.target.device
+        pool = [self._root_feat[None]]  # predicted features: the root's, then one per expanded slot
+
+        def expand(batch: Expansion) -> torch.Tensor:
+            feats = torch.cat(pool)[batch.parent_slots.to(dev) + 1]
+            m = batch.tokens.numel()
+            positions = (r + batch.depths - 1).to(dev)[None]
+            prefix = torch.ones(m, r, dtype=torch.bool)
+            mask = torch.cat([prefix, batch.mask], dim=1).to(dev)[None, None]
+            out = self._run(feats[None], batch.tokens.to(dev)[None], positions, mask)[0]
+            pool.append(out)
+            return torch.log_softmax(self.target.logits(out), dim=-1).cpu()
+
+        root_lp = torch.log_softmax(self.target.logits(self._root_feat[None])[0], dim=-1).cpu()
+        tree = build_dynamic_tree(root_lp, expand, cfg.depth, cfg.top_k, cfg.total_tokens)
+        self.cache.crop(r)
+        return tree
+
+    # ----- training ----------------------------------------------------------------------------
+    def training_loss(self, batch: TrainBatch, progress: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """Teacher-forced on the true features (with noise); acc@2.. feed back predicted features.
+
+        Pair t predicts feature_{t+1}; it counts with weight loss_mask[t+1] * attention_mask[t+1]
+        (the regressed feature belongs to the answer). Sequences are assumed right-padded.
+        """
+        cfg = self.config
+        tgt = self.target
+        feat = batch.hidden[cfg.n_target_layers].detach()
+        ids = batch.input_ids
+        b, t, _ = feat.shape
+        w = (batch.loss_mask[:, 1:] * batch.attention_mask[:, 1:]).float()
+        inp = feat[:, :-1].to(self._dtype)
+        if self.training and cfg.noise > 0:
+            rms = inp.float().pow(2).mean(-1, keepdim=True).sqrt().to(inp.dtype)
+            inp = inp + (torch.rand_like(inp) * 2 - 1) * cfg.noise * rms
+        tokens = ids[:, 1:]
+        out, kv, cos, sin = self.teacher_forced(inp, tokens)
+        sel = w > 0
+        wr = w[sel]
+        true_next = feat[:, 1:]
+        l1 = smooth_l1_rows(out[sel], true_next[sel])
+        ce, d_top, t_top = distill_terms(tgt, out[sel], true_next[sel])
+        loss_feat = weighted_mean(l1, wr)
+        loss_ce = weighted_mean(ce, wr)
+        loss = loss_feat + cfg.ce_weight * loss_ce
+        metrics = {"loss": float(loss.detach()), "loss_feat": float(loss_feat.detach()),
+                   "loss_ce": float(loss_ce.detach()), "acc@1": float(weighted_mean((d_top == t_top).float(), wr))}
+        if cfg.eval_depth > 1:
+            target_top = torch.full((b, t - 1), -1, dtype=torch.long, device=ids.device)
+            target_top[sel] = t_top
+            metrics.update(self._deeper_accuracy(out.detach(), kv, tokens, cos, sin, target_top, w))
+        return loss, metrics
+
+    def teacher_forced(self, feats: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Pairs (feats[:, t], tokens[:, t]) at positions t = 0.. under a causal mask, no cache.
+
+        Returns (output features, the layer's pre-RoPE keys+values, cos, sin) for feedback_passes.
+        """
+        b, n = tokens.shape
+        positions = torch.arange(n, device=tokens.device)[None].expand(b, -1)
+        cos, sin = self.target.rope(positions)
+        cos, sin = cos.to(self._dtype), sin.to(self._dtype)
+        out, kv = decoder_layer(self.layer, self._fuse(feats, tokens), cos, sin, None, None, 0,
+                                self.target.head_dim, return_kv=True)
+        return out, kv, cos, sin
+
+    @torch.no_grad()
+    def feedback_passes(self, out1: torch.Tensor, kv1: torch.Tensor, tokens: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, depth: int) -> list[torch.Tensor]:
+        """Outputs of passes 2..depth, each exactly what drafting at that depth computes.
+
+        Pass d at position t takes pass d-1's output at t-1 as its feature. Its keys: pass-1
+        (true-feature) entries at positions <= t-d+1, then pass m's entry at t-(d-m) for
+        m = 2..d (the predicted ancestors in the draft chain, itself last). Rows t < d-1 are
+        meaningless (their chain would start before position 0).
+        """
+        tgt = self.target
+        n = tokens.shape[1]
+        pos = torch.arange(n, device=tokens.device)
+        rows, cols = pos[:, None], pos[None, :]
+        keys = [rope_kv(kv1, cos, sin, tgt.kv_heads, tgt.head_dim)]
+        outs = [out1]
+        for d in range(2, depth + 1):
+            prev = outs[-1]
+            feats = torch.cat([torch.zeros_like(prev[:, :1]), prev[:, :-1]], dim=1)
+            blocks = [cols <= rows - (d - 1)] + [cols == rows - (d - m) for m in range(2, d)] + [cols == rows]
+            mask = torch.cat(blocks, dim=1)[None, None]
+            extra = (torch.cat([k for k, _ in keys], dim=2), torch.cat([v for _, v in keys], dim=2))
+            out, kv = decoder_layer(self.layer, self._fuse(feats, tokens), cos, sin, mask, None, 0, tgt.head_dim,
+                                    return_kv=True, extra_kv=extra)
+            keys.append(rope_kv(kv, cos, sin, tgt.kv_heads, tgt.head_dim))
+            outs.append(out)
+        return outs[1:]
+
+    @torch.no_grad()
+    def _deeper_accuracy(self, out1: torch.Tensor, kv1: torch.Tensor, tokens: torch.Tensor, cos: torch.Tensor,
+                         sin: torch.Tensor, target_top: torch.Tensor, w: torch.Tensor) -> dict[str, float]:
+        """acc@d for d = 2..eval_depth: top-1 agreement of the feedback passes with the target."""
+        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        metrics = {}
+        outs = self.feedback_passes(out1, kv1, tokens, cos, sin, self.config.eval_depth)
+        for d, out in enumerate(outs, start=2):
+            sel = (w > 0) & (pos[None] >= d - 1)
+            agree = (top1(self.target, out[sel]) == target_top[sel]).float()
+            metrics[f"acc@{d}"] = float(weighted_mean(agree, w[sel]))
+        return metrics

@@ -1,0 +1,282 @@
+"""Static draft trees shared by Medusa and Amphista (DESIGN.md sections 6 and 7).
+
+A static tree is a fixed set of *index paths*, Medusa style: the path (0, 2, 1)
+is the node reached by taking head 0's top-1 candidate, then head 1's 3rd,
+then head 2's 2nd. A node at depth d therefore always holds one of head
+(d-1)'s candidates, and its parent is the path without its last index. Every
+drafting cycle the heads' top-k candidates are dropped into the same shape.
+
+Building the best tree (`best_tree`). Let a[i][k] be the probability that
+head i's rank-k candidate (0-based) is the correct token. Assuming heads err
+independently, a node is accepted exactly when every index on its path hits,
+so P(node accepted) = product of a[depth][rank] along its path, and the
+expected number of accepted draft tokens is the sum of that product over the
+tree's nodes (Medusa's construction). Maximising the sum over trees of `size`
+nodes is easy because the value can only fall along a path (each factor is
+<= 1): the `size` best nodes overall already form a tree, so a best-first
+search that pops nodes in order of value and pushes a node's children only
+once it is popped returns the optimum.
+
+Measured accuracies come from training as *cumulative* top-k accuracies
+(metrics `top{k}@{i}`, the token is within head i's top k); `rank_accuracies`
+turns them into the per-rank a[i][k] that `best_tree` wants.
+
+The default tree, for drafters whose checkpoint carries no measured tree:
+the best 28-node tree of depth 4 under a Medusa-like prior
+(`PRIOR_RANK_ACCURACY`). Why that size: on the project's CPU a bfloat16 target
+pass costs about 36 ms for 1 new token, 39 ms for 8, 60 ms for 32 and 91 ms
+for 64. Up to 8 tokens are nearly free; past 32 every node costs about 1 ms
+(about 3% of a single step) and the nodes that would be added there are
+accepted with probability well under 1%. A 28-node tree (a 29-token pass,
+about 57 ms) stays below that knee while giving every head a few candidates.
+How many nodes really pay off depends on the heads' accuracies and on the
+pass-cost table: for the prior above the ideal speedup tau x t(1) / t(1 + n)
+peaks near n = 8 with this table but near n = 20-25 with DESIGN.md's
+(50/54/62/81 ms). `best_size` computes that optimum, and
+`StaticTreeMixin.set_tree_from_metrics` uses it after training, so a trained
+checkpoint carries a tree sized from its own measured accuracies
+(config field `tree_paths`). GPU trees (Medusa's ~60 nodes) are larger because
+a wide pass is almost free there.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+import torch
+
+from core.tree import DraftTree
+
+Path = tuple[int, ...]
+
+# A prior for the per-rank accuracy of Medusa heads, shaped after the published
+# Medusa-1 head accuracies (head 0 top-1 about 0.55-0.6, falling for later heads
+# and lower ranks). Only used until a drafter has measured its own.
+_RANK_SHARE = (0.55, 0.15, 0.07, 0.04, 0.03, 0.02, 0.015, 0.012, 0.01, 0.008)
+_HEAD_FACTOR = (1.0, 0.72, 0.58, 0.48, 0.42, 0.37)
+PRIOR_RANK_ACCURACY: list[list[float]] = [[f * s for s in _RANK_SHARE] for f in _HEAD_FACTOR]
+
+# bfloat16 target pass time (ms) by number of new tokens, measured on the project's CPU.
+CPU_PASS_MS: dict[int, float] = {1: 36.0, 8: 39.0, 32: 60.0, 64: 91.0}
+DEFAULT_TREE_SIZE = 28
+DEFAULT_TREE_DEPTH = 4
+
+
+def path_value(path: Sequence[int], rank_accuracy: Sequence[Sequence[float]]) -> float:
+    """P(all of the path's candidates are right) under the independence assumption."""
+    v = 1.0
+    for depth, rank in enumerate(path):
+        v *= rank_accuracy[depth][rank]
+    return v
+
+
+def best_tree(per_head_topk_accuracy: list[list[float]], size: int, max_depth: int) -> list[Path]:
+    """The `size`-node tree of depth <= `max_depth` with the largest expected accepted length.
+
+    per_head_topk_accuracy[i][k]: probability that head i's rank-k candidate (0-based,
+    *not* cumulative) is the right token; see `rank_accuracies` to convert cumulative
+    top-k accuracies. Returns paths sorted by (depth, path), so parents come first.
+    Fewer than `size` paths come back only when the heads have fewer candidates.
+    """
+    if size < 0 or max_depth < 0:
+        raise ValueError(f"size and max_depth must be non-negative, got {size}, {max_depth}")
+    acc = [list(map(float, row)) for row in per_head_topk_accuracy]
+    if any(not 0.0 <= a <= 1.0 for row in acc for a in row):
+        raise ValueError("accuracies must lie in [0, 1]")
+    depth_limit = min(max_depth, len(acc))
+    chosen: list[Path] = []
+    # Heap key: (-value, depth, path); ties go to shallower nodes, then to lower ranks.
+    heap: list[tuple[float, int, Path]] = []
+
+    def push_children(parent: Path, value: float) -> None:
+        d = len(parent)
+        if d >= depth_limit:
+            return
+        for k, a in enumerate(acc[d]):
+            child = parent + (k,)
+            heapq.heappush(heap, (-value * a, d + 1, child))
+
+    push_children((), 1.0)
+    while heap and len(chosen) < size:
+        neg, _, path = heapq.heappop(heap)
+        chosen.append(path)
+        push_children(path, -neg)
+    return sorted(chosen, key=lambda p: (len(p), p))
+
+
+def rank_accuracies(cumulative: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Cumulative top-k accuracies (top-1, top-2, ...) per head -> per-rank accuracies."""
+    out = []
+    for row in cumulative:
+        prev, ranks = 0.0, []
+        for c in row:
+            ranks.append(max(0.0, float(c) - prev))
+            prev = max(prev, float(c))
+        out.append(ranks)
+    return out
+
+
+def accuracies_from_metrics(metrics: dict[str, float], num_heads: int, max_k: int = 10) -> list[list[float]]:
+    """Per-rank accuracies from training/eval metrics named `top{k}@{i}` (cumulative, i = 1..K)."""
+    cumulative = []
+    for i in range(1, num_heads + 1):
+        row = [metrics[f"top{k}@{i}"] for k in range(1, max_k + 1) if f"top{k}@{i}" in metrics]
+        if not row:
+            raise KeyError(f"no top-k accuracy of head {i} (metric 'top1@{i}') in the metrics")
+        cumulative.append(row)
+    return rank_accuracies(cumulative)
+
+
+def pass_time(n_tokens: int, pass_ms: dict[int, float] = CPU_PASS_MS) -> float:
+    """Target pass time for n new tokens, linear between (and beyond) the measured points."""
+    xs = sorted(pass_ms)
+    if n_tokens <= xs[0]:
+        return pass_ms[xs[0]]
+    for lo, hi in zip(xs, xs[1:]):
+        if n_tokens <= hi:
+            return pass_ms[lo] + (pass_ms[hi] - pass_ms[lo]) * (n_tokens - lo) / (hi - lo)
+    lo, hi = xs[-2], xs[-1]
+    return pass_ms[hi] + (pass_ms[hi] - pass_ms[lo]) * (n_tokens - hi) / (hi - lo)
+
+
+def best_size(rank_accuracy: list[list[float]], max_depth: int, max_size: int = 96,
+              pass_ms: dict[int, float] = CPU_PASS_MS) -> int:
+    """Tree size maximising the ideal speedup tau x t(1) / t(1 + size) (drafting cost ignored)."""
+    tree = best_tree(rank_accuracy, max_size, max_depth)  # nested: best tree of n = its n best nodes
+    values = sorted((path_value(p, rank_accuracy) for p in tree), reverse=True)
+    best, best_n, tau = 1.0, 0, 1.0
+    for n, v in enumerate(values, start=1):
+        tau += v
+        speedup = tau * pass_time(1, pass_ms) / pass_time(1 + n, pass_ms)
+        if speedup > best:
+            best, best_n = speedup, n
+    return best_n
+
+
+def default_tree(num_heads: int, vocab_size: int, size: int = DEFAULT_TREE_SIZE,
+                 max_depth: int = DEFAULT_TREE_DEPTH) -> list[Path]:
+    """The prior-based tree (module docstring), limited to `num_heads` levels and the vocabulary."""
+    prior = [row[: max(1, vocab_size)] for row in prior_accuracy(num_heads)]
+    return best_tree(prior, size, max_depth)
+
+
+def prior_accuracy(num_heads: int) -> list[list[float]]:
+    """PRIOR_RANK_ACCURACY for any number of heads (later heads reuse the last factor, decayed)."""
+    rows = []
+    for i in range(num_heads):
+        if i < len(_HEAD_FACTOR):
+            f = _HEAD_FACTOR[i]
+        else:
+            f = _HEAD_FACTOR[-1] * 0.9 ** (i - len(_HEAD_FACTOR) + 1)
+        rows.append([f * s for s in _RANK_SHARE])
+    return rows
+
+
+def check_paths(paths: Sequence[Sequence[int]], num_heads: int, vocab_size: int) -> list[Path]:
+    """Validate a static tree: non-empty paths, depth <= num_heads, ranks inside the vocabulary,
+    every path's prefix present (it is a tree), no duplicates. Returns sorted tuples."""
+    tree = [tuple(int(k) for k in p) for p in paths]
+    seen = set(tree)
+    if len(seen) != len(tree):
+        raise ValueError("the static tree lists a path twice")
+    for p in tree:
+        if not p:
+            raise ValueError("a static tree path cannot be empty (the root is implicit)")
+        if len(p) > num_heads:
+            raise ValueError(f"path {p} is deeper than the drafter's {num_heads} heads")
+        if min(p) < 0 or max(p) >= vocab_size:
+            raise ValueError(f"path {p} uses a rank outside the vocabulary of {vocab_size}")
+        if len(p) > 1 and p[:-1] not in seen:
+            raise ValueError(f"path {p} has no parent {p[:-1]} in the tree")
+    return sorted(tree, key=lambda p: (len(p), p))
+
+
+def max_ranks(paths: Sequence[Path], num_heads: int) -> list[int]:
+    """How many candidates each head must supply for these paths (0 for unused heads)."""
+    need = [0] * num_heads
+    for p in paths:
+        for d, k in enumerate(p):
+            need[d] = max(need[d], k + 1)
+    return need
+
+
+def build_draft_tree(paths: Sequence[Path], topk_tokens: torch.Tensor, topk_probs: torch.Tensor) -> DraftTree:
+    """Fill a static tree with candidates.
+
+    paths: sorted by (depth, path) as `check_paths` returns them (parents first).
+    topk_tokens / topk_probs: [K, k] head i's candidates in rank order and their
+    probabilities. Tokens are chosen deterministically, so q is None; draft_probs
+    is the head's probability of the token.
+    """
+    tokens_l = topk_tokens.tolist()
+    probs_l = topk_probs.float().tolist()
+    index: dict[Path, int] = {}
+    tokens, parents, probs = [], [], []
+    for p in paths:
+        d, k = len(p) - 1, p[-1]
+        index[p] = len(tokens)
+        tokens.append(tokens_l[d][k])
+        parents.append(index[p[:-1]] if d else -1)
+        probs.append(probs_l[d][k])
+    return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long),
+                     torch.tensor(probs, dtype=torch.float32))
+
+
+class StaticTreeMixin:
+    """Static-tree handling for drafters whose config has `num_heads`, `vocab_size`, `tree_paths`
+    and `tree_accuracy` (measured per-rank accuracies, empty = use the prior)."""
+
+    def _init_tree(self) -> None:
+        cfg = self.config
+        if not cfg.tree_paths:
+            cfg.tree_paths = [list(p) for p in default_tree(cfg.num_heads, cfg.vocab_size)]
+        self._set_paths(cfg.tree_paths)
+
+    def _set_paths(self, paths: Sequence[Sequence[int]]) -> None:
+        self.tree_paths = check_paths(paths, self.config.num_heads, self.config.vocab_size)
+        self.config.tree_paths = [list(p) for p in self.tree_paths]
+        self._ranks = max_ranks(self.tree_paths, self.config.num_heads)
+
+    def rank_accuracy(self) -> list[list[float]]:
+        acc = self.config.tree_accuracy or prior_accuracy(self.config.num_heads)
+        return [row[: self.config.vocab_size] for row in acc]
+
+    def set_options(self, **opts) -> None:
+        """Tree options: `tree_paths` (explicit paths), or `tree_size` / `tree_depth` (rebuilt from the
+        checkpoint's measured accuracies, or the prior if it has none)."""
+        unknown = set(opts) - {"tree_paths", "tree_size", "tree_depth"}
+        if unknown:
+            raise ValueError(f"{self.name} has no option(s) {sorted(unknown)}; "
+                             f"it takes tree_paths, tree_size, tree_depth")
+        if opts.get("tree_paths") is not None:
+            self._set_paths(opts["tree_paths"])
+        elif opts.get("tree_size") is not None or opts.get("tree_depth") is not None:
+            size = opts.get("tree_size") or len(self.tree_paths)
+            depth = opts.get("tree_depth") or max(len(p) for p in self.tree_paths)
+            if int(size) < 1 or int(depth) < 1:
+                raise ValueError(f"tree_size and tree_depth must be positive, got {size}, {depth}")
+            self._set_paths(best_tree(self.rank_accuracy(), int(size), int(depth)))
+
+    def set_tree_from_metrics(self, metrics: dict[str, float], size: int | None = None,
+                              max_depth: int = DEFAULT_TREE_DEPTH) -> list[Path]:
+        """After training: store measured per-rank accuracies and the best tree they give.
+
+        size None picks the size with the best ideal speedup on this CPU (`best_size`).
+        """
+        acc = accuracies_from_metrics(metrics, self.config.num_heads)
+        self.config.tree_accuracy = [[round(a, 6) for a in row] for row in acc]
+        acc = self.rank_accuracy()
+        if size is None:
+            size = max(1, best_size(acc, max_depth))
+        self._set_paths(best_tree(acc, size, max_depth))
+        return self.tree_paths
+
+    def tree_from_logits(self, head_logits: torch.Tensor) -> DraftTree:
+        """Draft tree from the heads' logits [K, V]: each head's top candidates in the static shape."""
+        k = max(self._ranks)
+        if k == 0:
+            return DraftTree.empty()
+        probs = torch.softmax(head_logits.float(), dim=-1)
+        top_p, top_i = probs.topk(k, dim=-1)
+        return build_draft_tree(self.tree_paths, top_i.cpu(), top_p.cpu())

@@ -1,0 +1,534 @@
+"""Self-distillation data: the target answers every training prompt in its own chat format.
+
+    python -m core.training.datagen --out data/distill [--limit N] [--batch-size 24]
+        [--max-new-tokens 256] [--sample-share 0.25] [--seed 0]
+
+Decoding: greedy for most prompts; a seeded share (default 25%, chosen by a hash of the
+prompt id, so the choice does not depend on --limit) is sampled at temperature 0.7,
+top-p 0.95 (top-k off). Batches are left-padded (pad id = the end-of-turn id 2) with an
+attention mask and run through `hf_model.generate` in bfloat16; within a run the prompts
+are sorted by (sampled?, length) so that a batch holds prompts of similar length and one
+decoding mode.
+
+Layout under --out:
+
+    plan.json            what this run generates (config + per-shard content hashes)
+    shards/shard-00000.jsonl ...  one finished shard each (a `_meta` line, then one record a line),
+                         written to a temp file and renamed, so a kill never leaves half a shard
+    log.txt              one progress line per finished shard (appended)
+    dataset/             the merged `datasets` Arrow dataset (save_to_disk), once every shard exists
+    distill.npz          the same data as compact token arrays (see `export_compact`)
+    recipe.json          counts, token statistics, settings, hardware, date
+
+A restart with the same settings skips every shard whose file exists and matches the plan;
+a restart with different settings refuses to mix the two (use another --out). Without
+--limit the recipe is also written to assets/distill/recipe.json (the committed copy).
+
+Records: prompt_id (str), category (str), prompt_ids (list[int], the chat-formatted prompt),
+answer_ids (list[int], ending with the end-of-turn id when `finished`), temperature
+(float, 0.0 for greedy), finished (bool), split ("train" or "heldout": a fixed 3% by a
+hash of prompt_id, independent of the seed).
+
+The generation core (`run_generation`) takes already-tokenized items and a Target, so it
+runs on a tokenizer-less tiny model in tests; `prepare_items` is the tokenizer-dependent part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COMMITTED_RECIPE = REPO_ROOT / "assets" / "distill" / "recipe.json"
+HELDOUT_SHARE = 0.03
+COMPACT_VERSION = 1
+COLUMNS = ("prompt_id", "category", "prompt_ids", "answer_ids", "temperature", "finished", "split")
+
+
+@dataclass
+class GenConfig:
+    """Settings of one generation run (all of them go into plan.json and the recipe)."""
+
+    max_new_tokens: int = 256
+    batch_size: int = 24
+    shard_size: int = 96
+    sample_share: float = 0.25
+    temperature: float = 0.7
+    top_p: float = 0.95
+    seed: int = 0
+    eos_ids: list[int] = field(default_factory=lambda: [2])
+    pad_id: int = 2
+    max_prompt_tokens: int = 640  # longer prompts are dropped (the prompt builder aims for < 600)
+
+
+# ------------------------------------------------------------------------------------------
+# Deterministic choices
+# ------------------------------------------------------------------------------------------
+
+def _unit_hash(text: str) -> float:
+    """A number in [0, 1) from a string, the same on every machine and run."""
+    return int(hashlib.sha1(text.encode()).hexdigest()[:12], 16) / float(1 << 48)
+
+
+def is_sampled(prompt_id: str, seed: int, share: float) -> bool:
+    return _unit_hash(f"sample|{seed}|{prompt_id}") < share
+
+
+def split_of(prompt_id: str) -> str:
+    return "heldout" if _unit_hash(f"heldout|{prompt_id}") < HELDOUT_SHARE else "train"
+
+
+# ------------------------------------------------------------------------------------------
+# Items and shards
+# ------------------------------------------------------------------------------------------
+
+def prepare_items(target, prompts: Sequence[dict], cfg: GenConfig, log=None) -> list[dict]:
+    """Tokenize prompt records with the target's chat template and pick each one's temperature.
+
+    Returns items {prompt_id, category, prompt_ids, temperature}; prompts longer than
+    cfg.max_prompt_tokens are dropped (and reported through `log`).
+    """
+    items, dropped = [], []
+    for p in prompts:
+        ids = target.chat_ids(p["messages"])
+        if len(ids) > cfg.max_prompt_tokens:
+            dropped.append(p["prompt_id"])
+            continue
+        temp = cfg.temperature if is_sampled(p["prompt_id"], cfg.seed, cfg.sample_share) else 0.0
+        items.append({"prompt_id": p["prompt_id"], "category": p["category"], "prompt_ids": ids, "temperature": temp})
+    if dropped and log is not None:
+        log(f"dropped {len(dropped)} prompts over {cfg.max_prompt_tokens} tokens: {dropped[:10]}")
+    return items
+
+
+def plan_shards(items: Sequence[dict], shard_size: int) -> list[list[dict]]:
+    """Order items by (sampled?, prompt length, id) and cut them into shards of shard_size."""
+    order = sorted(items, key=lambda it: (it["temperature"] > 0, len(it["prompt_ids"]), it["prompt_id"]))
+    return [order[i:i + shard_size] for i in range(0, len(order), shard_size)]
+
+
+def _shard_hash(shard: Sequence[dict]) -> str:
+    h = hashlib.sha256()
+    for it in shard:
+        h.update(json.dumps([it["prompt_id"], it["temperature"], it["prompt_ids"]]).encode())
+    return h.hexdigest()[:16]
+
+
+def _batches(shard: Sequence[dict], batch_size: int) -> list[list[dict]]:
+    """Split a shard into batches that share one temperature."""
+    out: list[list[dict]] = []
+    for temp in sorted({it["temperature"] for it in shard}):
+        group = [it for it in shard if it["temperature"] == temp]
+        out += [group[i:i + batch_size] for i in range(0, len(group), batch_size)]
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Generation
+# ------------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def generate_batch(target, prompts: Sequence[Sequence[int]], temperature: float, cfg: GenConfig,
+                   seed: int) -> list[tuple[list[int], bool]]:
+    """Answer a batch of tokenized prompts with `hf_model.generate` (left padding).
+
+    Returns (answer_ids, finished) per prompt; a finished answer ends with its stop token,
+    an unfinished one has exactly cfg.max_new_tokens tokens.
+    """
+    width = max(len(p) for p in prompts)
+    dev = target.device
+    input_ids = torch.full((len(prompts), width), cfg.pad_id, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        attention[i, width - len(p):] = 1
+    kwargs = {"max_new_tokens": cfg.max_new_tokens, "eos_token_id": list(cfg.eos_ids), "pad_token_id": cfg.pad_id}
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=temperature, top_p=cfg.top_p, top_k=0)
+    else:
+        kwargs.update(do_sample=False)
+    torch.manual_seed(seed)
+    out = target.hf_model.generate(input_ids=input_ids.to(dev), attention_mask=attention.to(dev), **kwargs)
+    stops = set(cfg.eos_ids)
+    results = []
+    for row in out[:, width:].tolist():
+        for j, tok in enumerate(row):
+            if tok in stops:
+                results.append((row[:j + 1], True))
+                break
+        else:
+            results.append((row, False))
+    return results
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def shard_path(out_dir: Path, index: int) -> Path:
+    return Path(out_dir) / "shards" / f"shard-{index:05d}.jsonl"
+
+
+def read_shard(path: Path) -> tuple[dict, list[dict]]:
+    """(meta, records) of a shard file."""
+    with open(path, encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    if not lines or "_meta" not in lines[0]:
+        raise ValueError(f"{path} has no _meta line")
+    return lines[0]["_meta"], lines[1:]
+
+
+def _shard_done(path: Path, expected_hash: str) -> bool:
+    if not path.exists():
+        return False
+    try:
+        meta, records = read_shard(path)
+    except (ValueError, json.JSONDecodeError):
+        return False
+    return meta.get("items_hash") == expected_hash and meta.get("n") == len(records)
+
+
+class _Logger:
+    def __init__(self, path: Path | None, quiet: bool = False) -> None:
+        self.path = path
+        self.quiet = quiet
+
+    def __call__(self, msg: str) -> None:
+        line = f"{_dt.datetime.now().isoformat(timespec='seconds')} {msg}"
+        if self.path is not None:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        if not self.quiet:
+            from tqdm import tqdm
+
+            tqdm.write(line, file=sys.stderr)  # does not break a running progress bar
+
+
+def run_generation(target, items: Sequence[dict], out_dir: str | Path, cfg: GenConfig,
+                   progress: bool = True, log=None) -> dict:
+    """Generate every shard of `items` that is not already on disk. Tokenizer-free.
+
+    Writes plan.json (refusing to continue a run with a different plan), then each missing
+    shard atomically. Returns {"shards", "generated_shards", "skipped_shards", "new_tokens", "seconds"}.
+    """
+    out = Path(out_dir)
+    (out / "shards").mkdir(parents=True, exist_ok=True)
+    log = log or _Logger(out / "log.txt")
+    shards = plan_shards(items, cfg.shard_size)
+    plan = {"config": asdict(cfg), "n_items": len(items), "shard_hashes": [_shard_hash(s) for s in shards],
+            "target": getattr(target, "fingerprint", None)}
+    plan_file = out / "plan.json"
+    if plan_file.exists():
+        old = json.loads(plan_file.read_text())
+        if old != plan:
+            raise SystemExit(f"{out} holds a run with different settings or prompts ({plan_file}); "
+                             f"use another --out or delete that folder")
+    else:
+        _atomic_write_text(plan_file, json.dumps(plan, indent=1))
+
+    todo = [i for i, s in enumerate(shards) if not _shard_done(shard_path(out, i), plan["shard_hashes"][i])]
+    done_items = len(items) - sum(len(shards[i]) for i in todo)
+    log(f"plan: {len(items)} prompts in {len(shards)} shards; {len(shards) - len(todo)} already done, "
+        f"{len(todo)} to generate (batch {cfg.batch_size}, max_new_tokens {cfg.max_new_tokens})")
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(items), initial=done_items, unit="prompt", file=sys.stderr, dynamic_ncols=True)
+    total_new, t_run = 0, time.time()
+    for n_done, index in enumerate(todo):
+        shard = shards[index]
+        t0 = time.time()
+        records, new_tokens = [], 0
+        for b, batch in enumerate(_batches(shard, cfg.batch_size)):
+            seed = cfg.seed * 1_000_003 + index * 1009 + b
+            answers = generate_batch(target, [it["prompt_ids"] for it in batch], batch[0]["temperature"], cfg, seed)
+            for it, (ans, finished) in zip(batch, answers):
+                records.append({**it, "answer_ids": ans, "finished": finished})
+                new_tokens += len(ans)
+            if bar is not None:
+                bar.update(len(batch))
+                bar.set_postfix(tok_s=f"{(total_new + new_tokens) / max(time.time() - t_run, 1e-9):.0f}")
+        seconds = time.time() - t0
+        meta = {"shard": index, "n": len(records), "items_hash": plan["shard_hashes"][index],
+                "new_tokens": new_tokens, "seconds": round(seconds, 2),
+                "finished_at": _dt.datetime.now().isoformat(timespec="seconds")}
+        text = "\n".join(json.dumps(r) for r in [{"_meta": meta}] + records) + "\n"
+        _atomic_write_text(shard_path(out, index), text)
+        total_new += new_tokens
+        elapsed = time.time() - t_run
+        left = len(todo) - n_done - 1
+        eta = elapsed / (n_done + 1) * left
+        log(f"shard {index + 1}/{len(shards)}: {len(records)} prompts, {new_tokens} new tokens in {seconds:.0f} s "
+            f"({new_tokens / max(seconds, 1e-9):.0f} tok/s); {left} shards left, ETA {eta / 60:.0f} min")
+    if bar is not None:
+        bar.close()
+    return {"shards": len(shards), "generated_shards": len(todo), "skipped_shards": len(shards) - len(todo),
+            "new_tokens": total_new, "seconds": time.time() - t_run}
+
+
+# ------------------------------------------------------------------------------------------
+# Merging, export, loading
+# ------------------------------------------------------------------------------------------
+
+def collect_records(out_dir: str | Path) -> tuple[list[dict], list[dict]]:
+    """All shard records of a run (every planned shard must exist) and the shard metas."""
+    out = Path(out_dir)
+    plan = json.loads((out / "plan.json").read_text())
+    records, metas = [], []
+    for i, h in enumerate(plan["shard_hashes"]):
+        path = shard_path(out, i)
+        if not _shard_done(path, h):
+            raise FileNotFoundError(f"shard {i} is missing or stale: {path}")
+        meta, recs = read_shard(path)
+        metas.append(meta)
+        records += recs
+    for r in records:
+        r["split"] = split_of(r["prompt_id"])
+    records.sort(key=_record_order)
+    return records, metas
+
+
+def _record_order(r: dict) -> tuple:
+    cat, _, num = r["prompt_id"].rpartition("-")
+    return (cat, int(num)) if num.isdigit() else (r["prompt_id"], 0)
+
+
+def _features():
+    from datasets import Features, List, Value
+
+    return Features({"prompt_id": Value("string"), "category": Value("string"),
+                     "prompt_ids": List(Value("int32")), "answer_ids": List(Value("int32")),
+                     "temperature": Value("float64"), "finished": Value("bool"), "split": Value("string")})
+
+
+def merge_shards(out_dir: str | Path) -> Path:
+    """Merge all shards into a `datasets` Arrow dataset at <out_dir>/dataset (replaced atomically)."""
+    from datasets import Dataset
+
+    out = Path(out_dir)
+    records, _ = collect_records(out)
+    ds = Dataset.from_dict({c: [r[c] for r in records] for c in COLUMNS}, features=_features())
+    tmp = out / "dataset.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    ds.save_to_disk(str(tmp))
+    final = out / "dataset"
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def export_compact(dataset_dir: str | Path, out_path: str | Path) -> Path:
+    """Write every record as compressed arrays in one .npz (a few MB for the full run).
+
+    Arrays: tokens (uint16, prompt then answer of each record, concatenated), offsets
+    (int64, n+1 record boundaries into tokens), prompt_lens (int32), prompt_id / category /
+    split (unicode), temperature (float64), finished (bool), meta (a JSON string).
+    """
+    records = load_distill(dataset_dir)
+    seqs = [r["prompt_ids"] + r["answer_ids"] for r in records]
+    lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+    tokens = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=int(lengths.sum()))
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= 1 << 16):
+        raise ValueError("token ids do not fit in uint16")
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    meta = {"format": "speclens-distill-compact", "version": COMPACT_VERSION, "records": len(records),
+            "tokens": int(tokens.size)}
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(out_path.name + ".tmp.npz")
+    np.savez_compressed(
+        tmp, tokens=tokens.astype(np.uint16), offsets=offsets,
+        prompt_lens=np.array([len(r["prompt_ids"]) for r in records], dtype=np.int32),
+        prompt_id=np.array([r["prompt_id"] for r in records], dtype=str),
+        category=np.array([r["category"] for r in records], dtype=str),
+        split=np.array([r["split"] for r in records], dtype=str),
+        temperature=np.array([r["temperature"] for r in records], dtype=np.float64),
+        finished=np.array([r["finished"] for r in records], dtype=bool),
+        meta=np.array(json.dumps(meta)))
+    os.replace(tmp, out_path)
+    return out_path
+
+
+def _load_npz(path: Path) -> list[dict]:
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        if meta.get("format") != "speclens-distill-compact":
+            raise ValueError(f"{path} is not a SpecLens distillation export")
+        tokens, offsets, plens = z["tokens"].astype(np.int64), z["offsets"], z["prompt_lens"]
+        out = []
+        for i in range(len(plens)):
+            seq = tokens[offsets[i]:offsets[i + 1]].tolist()
+            out.append({"prompt_id": str(z["prompt_id"][i]), "category": str(z["category"][i]),
+                        "prompt_ids": seq[:plens[i]], "answer_ids": seq[plens[i]:],
+                        "temperature": float(z["temperature"][i]), "finished": bool(z["finished"][i]),
+                        "split": str(z["split"][i])})
+    return out
+
+
+def load_distill(path_or_dir: str | Path, split: str | None = None) -> list[dict]:
+    """Distillation records from an Arrow dataset folder, a run folder, or a compact .npz.
+
+    Each record has the keys in COLUMNS with plain Python values. split: keep only
+    "train" or "heldout" records.
+    """
+    p = Path(path_or_dir)
+    if p.is_dir():
+        if (p / "dataset").is_dir():
+            p = p / "dataset"
+        elif not (p / "state.json").exists() and (p / "distill.npz").exists():
+            p = p / "distill.npz"
+    if p.is_file():
+        records = _load_npz(p)
+    elif p.is_dir():
+        from datasets import load_from_disk
+
+        ds = load_from_disk(str(p))
+        records = [{c: row[c] for c in COLUMNS} for row in ds]
+    else:
+        raise FileNotFoundError(f"no distillation data at {path_or_dir}")
+    if split is not None:
+        records = [r for r in records if r["split"] == split]
+    return records
+
+
+# ------------------------------------------------------------------------------------------
+# Recipe
+# ------------------------------------------------------------------------------------------
+
+def build_recipe(out_dir: str | Path, cfg: GenConfig, target_info: dict | None = None, dtype: str = "bfloat16",
+                 extra: dict | None = None) -> dict:
+    records, metas = collect_records(out_dir)
+    ans = [len(r["answer_ids"]) for r in records]
+    prompt_tokens = [len(r["prompt_ids"]) for r in records]
+    finished_at = sorted(m["finished_at"] for m in metas)
+    import transformers
+
+    recipe = {
+        "what": "self-distillation data: SmolLM2-135M-Instruct answering core.training.prompts.training_prompts",
+        "date": _dt.date.today().isoformat(),
+        "counts": {
+            "prompts": len(records),
+            "per_category": dict(sorted(Counter(r["category"] for r in records).items())),
+            "sampled": sum(1 for r in records if r["temperature"] > 0),
+            "sampled_share": round(sum(1 for r in records if r["temperature"] > 0) / max(len(records), 1), 4),
+            "finished": sum(1 for r in records if r["finished"]),
+            "heldout": sum(1 for r in records if r["split"] == "heldout"),
+        },
+        "tokens": {
+            "prompt_total": sum(prompt_tokens),
+            "answer_total": sum(ans),
+            "answer_mean": round(statistics.mean(ans), 1) if ans else 0,
+            "answer_median": statistics.median(ans) if ans else 0,
+            "prompt_mean": round(statistics.mean(prompt_tokens), 1) if prompt_tokens else 0,
+        },
+        "settings": {**asdict(cfg), "dtype": dtype, "decoding": "greedy, or sampled (temperature, top_p, top_k off) "
+                     "for a share of prompts chosen by a hash of prompt_id", "heldout_share": HELDOUT_SHARE},
+        "time": {
+            "generation_seconds": round(sum(m["seconds"] for m in metas), 1),
+            "first_shard_finished": finished_at[0] if finished_at else None,
+            "last_shard_finished": finished_at[-1] if finished_at else None,
+            "answer_tokens_per_second": round(sum(ans) / max(sum(m["seconds"] for m in metas), 1e-9), 1),
+        },
+        "hardware": {"cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+                     "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                     "transformers": transformers.__version__, "python": platform.python_version(),
+                     "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+        "target": target_info,
+    }
+    if extra:
+        recipe.update(extra)
+    return recipe
+
+
+# ------------------------------------------------------------------------------------------
+# CLI
+# ------------------------------------------------------------------------------------------
+
+def select_prompts(prompts: Sequence[dict], limit: int | None, seed: int) -> list[dict]:
+    """All prompts, or a seeded subset of `limit` of them mixed across categories."""
+    if limit is None or limit >= len(prompts):
+        return list(prompts)
+    import random
+
+    idx = sorted(random.Random(f"limit-{seed}").sample(range(len(prompts)), limit))
+    return [prompts[i] for i in idx]
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Generate self-distillation data with the target model.")
+    ap.add_argument("--out", default="data/distill")
+    ap.add_argument("--limit", type=int, default=None, help="only this many prompts (a seeded subset)")
+    ap.add_argument("--batch-size", type=int, default=24)
+    ap.add_argument("--shard-size", type=int, default=96)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--sample-share", type=float, default=0.25)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", default=None, help="target model (default: the shipped SmolLM2-135M-Instruct)")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--recipe", default=None,
+                    help="where to copy recipe.json (default: assets/distill/recipe.json for a full run, "
+                         "nowhere with --limit; 'none' to skip)")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+
+    from core.target import load_target
+    from core.training.prompts import training_prompts
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = _Logger(out / "log.txt")
+    t_start = time.time()
+    target = load_target(args.target, dtype=args.dtype, device=args.device)
+    cfg = GenConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, shard_size=args.shard_size,
+                    sample_share=args.sample_share, seed=args.seed, eos_ids=sorted(target.eos_token_ids),
+                    pad_id=2 if 2 in target.eos_token_ids else min(target.eos_token_ids))
+    prompts = select_prompts(training_prompts(args.seed), args.limit, args.seed)
+    items = prepare_items(target, prompts, cfg, log=log)
+    stats = run_generation(target, items, out, cfg, progress=not args.no_progress, log=log)
+    ds_dir = merge_shards(out)
+    npz = export_compact(ds_dir, out / "distill.npz")
+    recipe = build_recipe(out, cfg, target.describe(), args.dtype, extra={
+        "command": "python -m core.training.datagen " + " ".join(sys.argv[1:] if argv is None else list(argv)),
+        "limit": args.limit,
+        "compact_export": {"file": npz.name, "bytes": npz.stat().st_size},
+    })
+    _atomic_write_text(out / "recipe.json", json.dumps(recipe, indent=2) + "\n")
+    recipe_to = args.recipe if args.recipe is not None else (None if args.limit else str(COMMITTED_RECIPE))
+    if recipe_to and recipe_to != "none":
+        Path(recipe_to).parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write_text(Path(recipe_to), json.dumps(recipe, indent=2) + "\n")
+    log(f"done: {recipe['counts']['prompts']} records, {recipe['tokens']['answer_total']} answer tokens; this "
+        f"invocation generated {stats['generated_shards']} shards ({stats['new_tokens']} tokens) in "
+        f"{time.time() - t_start:.0f} s; dataset at {ds_dir}, compact copy {npz} ({npz.stat().st_size} bytes)")
+
+
+if __name__ == "__main__":
+    main()
