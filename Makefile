@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PORT ?= 7860
 
-.PHONY: setup app test test-fast lint data train bench clean-venv
+.PHONY: setup browser app test test-app test-fast lint data train bench clean-venv
 
 setup: $(STAMP)
 
@@ -20,6 +20,10 @@ $(STAMP): requirements.txt
 # Debian's Chromium for the real-browser test (never `playwright install`).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+# Only the app's tests (the real target loads once, in the server the browser test starts).
+test-app: setup browser
+	$(PY) -m pytest -q tests/test_app_render.py tests/test_app_api.py tests/test_browser.py
 
 app: setup
 	GRADIO_SERVER_PORT=$(PORT) $(PY) app.py
@@ -35,3 +39,46 @@ lint: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# ---- drafter training (core.training.train) ------------------------------------------------
+# Assumes $(PY) = the venv python and a `setup` target. Usage:
+#   make train DRAFTER=moa                         # one drafter -> runs/moa
+#   make train DRAFTERS=eagle2,moa,medusa          # jointly, one target pass per batch -> runs/joint-eagle2-moa-medusa
+#   make train DRAFTER=moa STEPS=4000 TIME=120     # stop cleanly after 120 min; rerun the same line to resume
+#   make train DRAFTER=moa PUBLISH=assets/drafters/moa   # after (or at the end of) training: copy checkpoint + card
+#   (joint runs: PUBLISH=assets/drafters puts each drafter in its own subfolder)
+#   make train-bg DRAFTER=moa ...                  # the same in the background, stdout/stderr to runs/<name>.out
+# Drafter names: eagle2, moa, moa-tli1, moa-tli2, moa-tli3, medusa, amphista.
+# Resuming needs the same STEPS / BATCH_TOKENS / LR / SEED / MAX_LEN (the trainer refuses otherwise).
+comma := ,
+DRAFTER ?=
+DRAFTERS ?=
+DATA ?= data/distill/dataset
+STEPS ?= 2000
+TIME ?=
+BATCH_TOKENS ?= 4096
+MAX_LEN ?= 512
+LR ?= 3e-4
+SEED ?= 0
+PUBLISH ?=
+TRAIN_ARGS ?=
+TRAIN_NAME = $(if $(DRAFTERS),joint-$(subst $(comma),-,$(DRAFTERS)),$(DRAFTER))
+TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS),--drafter $(DRAFTER)) \
+	--data $(DATA) --out runs/$(TRAIN_NAME) --steps $(STEPS) --batch-tokens $(BATCH_TOKENS) --max-len $(MAX_LEN) \
+	--lr $(LR) --seed $(SEED) $(if $(TIME),--time-budget-min $(TIME)) $(if $(PUBLISH),--publish $(PUBLISH)) \
+	$(TRAIN_ARGS)
+
+.PHONY: train train-bg test-train _train-check
+_train-check:
+	@test -n "$(DRAFTER)$(DRAFTERS)" || { echo "usage: make train DRAFTER=moa | DRAFTERS=eagle2,moa [STEPS=..] [TIME=minutes] [PUBLISH=folder]"; exit 2; }
+
+train: setup _train-check
+	$(TRAIN_CMD)
+
+train-bg: setup _train-check
+	@mkdir -p runs
+	nohup $(TRAIN_CMD) --no-progress > runs/$(TRAIN_NAME).out 2>&1 &
+	@echo "training in the background: tail -f runs/$(TRAIN_NAME).out runs/$(TRAIN_NAME)/log.jsonl"
+
+test-train: setup
+	$(PY) -m pytest tests/test_train.py -q

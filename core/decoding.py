@@ -62,12 +62,17 @@ class StepEvent:
             "depths": self.tree.depths().tolist(),
         }
         if self.node_target_prob is not None:
-            d["node_target_prob"] = [round(p, 5) for p in self.node_target_prob]
+            d["node_target_prob"] = [_sig(p) for p in self.node_target_prob]
             d["row_entropy"] = [round(e, 4) for e in self.row_entropy]
-            d["row_top"] = [[[t, round(p, 5)] for t, p in row] for row in self.row_top]
+            d["row_top"] = [[[t, _sig(p)] for t, p in row] for row in self.row_top]
         if self.extras:
             d["extras"] = {k: _jsonable(v) for k, v in self.extras.items()}
         return d
+
+
+def _sig(x: float) -> float:
+    """Four significant digits: small probabilities of rejected drafts stay visible."""
+    return float(f"{x:.4g}")
 
 
 def _jsonable(v):

@@ -197,6 +197,9 @@ class Eagle2Drafter(TrainedDrafter):
         self.cache.commit(tokens.shape[1])
         return out
 
+    def _logprobs(self, feats: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.target.logits(feats.to(self.target.dtype)), dim=-1)
+
     # ----- the drafting cycle ------------------------------------------------------------------
     @torch.no_grad()
     def begin(self, target: Target, prefill: Verified) -> None:
@@ -238,9 +241,9 @@ class Eagle2Drafter(TrainedDrafter):
             mask = torch.cat([prefix, batch.mask], dim=1).to(dev)[None, None]
             out = self._run(feats[None], batch.tokens.to(dev)[None], positions, mask)[0]
             pool.append(out)
-            return torch.log_softmax(self.target.logits(out), dim=-1).cpu()
+            return self._logprobs(out).cpu()
 
-        root_lp = torch.log_softmax(self.target.logits(self._root_feat[None])[0], dim=-1).cpu()
+        root_lp = self._logprobs(self._root_feat[None])[0].cpu()
         tree = build_dynamic_tree(root_lp, expand, cfg.depth, cfg.top_k, cfg.total_tokens)
         self.cache.crop(r)
         return tree

@@ -12,7 +12,7 @@ Choices and deviations, named as DESIGN.md asks:
 
 * The vocabulary projection is the target's frozen final norm + LM head,
   shared by every head. Medusa-1 gives each head its own (trainable) copy of
-  the LM head; sharing keeps checkpoints at K x (H^2 + H) parameters.
+  the LM head; sharing keeps checkpoints at K x n x (H^2 + H) parameters.
 * W and b are zero-initialised (Medusa's choice; Medusa keeps a default bias,
   we zero it too), so a freshly built Medusa is the LM head itself and every
   head proposes the root's own prediction. `random()` therefore perturbs the

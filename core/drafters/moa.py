@@ -41,6 +41,14 @@ positions <= v(j) = the last verified position strictly before j, as at inferenc
 (where v = r - 1 for a root at r). SA starts with a "staircase" mask (only the current
 unverified segment v(j) < q <= j) whose window grows linearly to the full causal mask at
 progress = staircase_until (0.5: the first half of training, as the reference code does).
+In each of the N frozen TLI layers, positions <= v(j) contribute the target's true keys and
+values and positions in (v(j), j] the predicted path's, under the same mask as inference. The
+true keys/values are read from batch.layer_kv: they are exactly the target's k/v projections
+of batch.hidden[L-N+i], so training needs no extra hidden layers for them.
+
+What the target must hand over: `needs` (inference) = per-layer keys/values only;
+`train_needs` (training) = the same plus hidden[L] (final feature, target distribution) and,
+for N > 0, hidden[L-N] (the regressed state). The trainer reads `train_needs` when present.
 """
 
 from __future__ import annotations
@@ -244,7 +252,7 @@ class MoADrafter(TrainedDrafter):
         mem_k, mem_v = self.ca_cache.layer_view(0)
         state = self._predict(sa_out, cos, sin, mem_k, mem_v, None)  # the whole memory is verified
         final = self._tli(state, positions, mask)
-        return torch.log_softmax(self.target.logits(final)[0], dim=-1)
+        return torch.log_softmax(self.target.logits(final.to(self.target.dtype))[0], dim=-1)
 
     # ----- the drafting cycle ------------------------------------------------------------------
     @torch.no_grad()

@@ -1,7 +1,13 @@
 """Self-distillation data: the target answers every training prompt in its own chat format.
 
     python -m core.training.datagen --out data/distill [--limit N] [--batch-size 24]
-        [--max-new-tokens 256] [--sample-share 0.25] [--seed 0]
+        [--max-new-tokens 256] [--sample-share 0.25] [--seed 0] [--workers 2] [--threads 1]
+
+CPU notes (2-core machine shared with other work): one torch thread per process is the
+default, because with two threads the OpenMP workers spin-wait whenever the other is
+descheduled (measured: 4x the CPU time for the same decode steps under load). To use both
+cores, `--workers 2` starts two one-thread worker processes that split the shards
+(index % 2) and the parent merges when both are done.
 
 Decoding: greedy for most prompts; a seeded share (default 25%, chosen by a hash of the
 prompt id, so the choice does not depend on --limit) is sampled at temperature 0.7,
@@ -117,8 +123,13 @@ def prepare_items(target, prompts: Sequence[dict], cfg: GenConfig, log=None) -> 
 
 
 def plan_shards(items: Sequence[dict], shard_size: int) -> list[list[dict]]:
-    """Order items by (sampled?, prompt length, id) and cut them into shards of shard_size."""
-    order = sorted(items, key=lambda it: (it["temperature"] > 0, len(it["prompt_ids"]), it["prompt_id"]))
+    """Order items by (sampled?, category, prompt length, id) and cut them into shards of shard_size.
+
+    Grouping by category keeps answers of similar length together (QA answers are short,
+    stories long); a batch decodes until its longest answer ends, so this cuts wasted steps.
+    """
+    order = sorted(items, key=lambda it: (it["temperature"] > 0, it["category"], len(it["prompt_ids"]),
+                                          it["prompt_id"]))
     return [order[i:i + shard_size] for i in range(0, len(order), shard_size)]
 
 
@@ -224,16 +235,10 @@ class _Logger:
             tqdm.write(line, file=sys.stderr)  # does not break a running progress bar
 
 
-def run_generation(target, items: Sequence[dict], out_dir: str | Path, cfg: GenConfig,
-                   progress: bool = True, log=None) -> dict:
-    """Generate every shard of `items` that is not already on disk. Tokenizer-free.
-
-    Writes plan.json (refusing to continue a run with a different plan), then each missing
-    shard atomically. Returns {"shards", "generated_shards", "skipped_shards", "new_tokens", "seconds"}.
-    """
+def ensure_plan(target, items: Sequence[dict], out_dir: str | Path, cfg: GenConfig) -> tuple[list[list[dict]], dict]:
+    """The shards of this run and its plan; writes plan.json, or checks it against the one on disk."""
     out = Path(out_dir)
     (out / "shards").mkdir(parents=True, exist_ok=True)
-    log = log or _Logger(out / "log.txt")
     shards = plan_shards(items, cfg.shard_size)
     plan = {"config": asdict(cfg), "n_items": len(items), "shard_hashes": [_shard_hash(s) for s in shards],
             "target": getattr(target, "fingerprint", None)}
@@ -245,16 +250,47 @@ def run_generation(target, items: Sequence[dict], out_dir: str | Path, cfg: GenC
                              f"use another --out or delete that folder")
     else:
         _atomic_write_text(plan_file, json.dumps(plan, indent=1))
+    return shards, plan
 
-    todo = [i for i, s in enumerate(shards) if not _shard_done(shard_path(out, i), plan["shard_hashes"][i])]
-    done_items = len(items) - sum(len(shards[i]) for i in todo)
-    log(f"plan: {len(items)} prompts in {len(shards)} shards; {len(shards) - len(todo)} already done, "
-        f"{len(todo)} to generate (batch {cfg.batch_size}, max_new_tokens {cfg.max_new_tokens})")
+
+def finished_prompts(out_dir: str | Path) -> int:
+    """How many prompts the finished shard files under out_dir hold (reads only their _meta lines)."""
+    total = 0
+    for path in sorted((Path(out_dir) / "shards").glob("shard-*.jsonl")):
+        try:
+            with open(path, encoding="utf-8") as f:
+                total += int(json.loads(f.readline())["_meta"]["n"])
+        except (ValueError, KeyError, json.JSONDecodeError):
+            continue
+    return total
+
+
+def run_generation(target, items: Sequence[dict], out_dir: str | Path, cfg: GenConfig,
+                   progress: bool = True, log=None, worker: tuple[int, int] = (0, 1)) -> dict:
+    """Generate every shard of `items` that is not already on disk. Tokenizer-free.
+
+    Writes plan.json (refusing to continue a run with a different plan), then each missing
+    shard atomically. worker=(k, n): only shards whose index % n == k (for n parallel
+    processes sharing one folder). Returns {"shards", "generated_shards", "skipped_shards",
+    "new_tokens", "seconds"}.
+    """
+    out = Path(out_dir)
+    log = log or _Logger(out / "log.txt")
+    shards, plan = ensure_plan(target, items, out, cfg)
+    k, n_workers = worker
+    mine = [i for i in range(len(shards)) if i % n_workers == k]
+    todo = [i for i in mine if not _shard_done(shard_path(out, i), plan["shard_hashes"][i])]
+    done_items = sum(len(shards[i]) for i in mine) - sum(len(shards[i]) for i in todo)
+    who = f"worker {k}/{n_workers}: " if n_workers > 1 else ""
+    log(f"{who}plan: {len(items)} prompts in {len(shards)} shards; {len(mine) - len(todo)} of {len(mine)} "
+        f"already done, {len(todo)} to generate (batch {cfg.batch_size}, max_new_tokens {cfg.max_new_tokens}, "
+        f"{torch.get_num_threads()} threads)")
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(items), initial=done_items, unit="prompt", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(total=sum(len(shards[i]) for i in mine), initial=done_items, unit="prompt", file=sys.stderr,
+                   dynamic_ncols=True)
     total_new, t_run = 0, time.time()
     for n_done, index in enumerate(todo):
         shard = shards[index]
@@ -279,11 +315,11 @@ def run_generation(target, items: Sequence[dict], out_dir: str | Path, cfg: GenC
         elapsed = time.time() - t_run
         left = len(todo) - n_done - 1
         eta = elapsed / (n_done + 1) * left
-        log(f"shard {index + 1}/{len(shards)}: {len(records)} prompts, {new_tokens} new tokens in {seconds:.0f} s "
+        log(f"{who}shard {index + 1}/{len(shards)}: {len(records)} prompts, {new_tokens} new tokens in {seconds:.0f} s "
             f"({new_tokens / max(seconds, 1e-9):.0f} tok/s); {left} shards left, ETA {eta / 60:.0f} min")
     if bar is not None:
         bar.close()
-    return {"shards": len(shards), "generated_shards": len(todo), "skipped_shards": len(shards) - len(todo),
+    return {"shards": len(shards), "generated_shards": len(todo), "skipped_shards": len(mine) - len(todo),
             "new_tokens": total_new, "seconds": time.time() - t_run}
 
 
@@ -425,6 +461,8 @@ def build_recipe(out_dir: str | Path, cfg: GenConfig, target_info: dict | None =
     ans = [len(r["answer_ids"]) for r in records]
     prompt_tokens = [len(r["prompt_ids"]) for r in records]
     finished_at = sorted(m["finished_at"] for m in metas)
+    starts = [_dt.datetime.fromisoformat(m["finished_at"]) - _dt.timedelta(seconds=m["seconds"]) for m in metas]
+    wall = (max(_dt.datetime.fromisoformat(t) for t in finished_at) - min(starts)).total_seconds() if metas else 0.0
     import transformers
 
     recipe = {
@@ -449,9 +487,10 @@ def build_recipe(out_dir: str | Path, cfg: GenConfig, target_info: dict | None =
                      "for a share of prompts chosen by a hash of prompt_id", "heldout_share": HELDOUT_SHARE},
         "time": {
             "generation_seconds": round(sum(m["seconds"] for m in metas), 1),
+            "wall_seconds": round(wall, 1),
             "first_shard_finished": finished_at[0] if finished_at else None,
             "last_shard_finished": finished_at[-1] if finished_at else None,
-            "answer_tokens_per_second": round(sum(ans) / max(sum(m["seconds"] for m in metas), 1e-9), 1),
+            "answer_tokens_per_second": round(sum(ans) / max(wall, 1e-9), 1),
         },
         "hardware": {"cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                      "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
@@ -478,7 +517,50 @@ def select_prompts(prompts: Sequence[dict], limit: int | None, seed: int) -> lis
     return [prompts[i] for i in idx]
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: have a worker receive SIGTERM when the coordinating process dies."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _run_workers(argv: list[str], n: int, out: Path, total: int, log, progress: bool) -> None:
+    """Start n worker processes (each takes every n-th shard), show progress, wait for all."""
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-m", "core.training.datagen", *argv, "--worker", str(k),
+                               "--no-progress"], env=env, preexec_fn=_die_with_parent) for k in range(n)]
+    log(f"started {n} workers: pids {[p.pid for p in procs]}")
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=finished_prompts(out), unit="prompt", file=sys.stderr, dynamic_ncols=True)
+    try:
+        while any(p.poll() is None for p in procs):
+            time.sleep(5)
+            if bar is not None:
+                bar.n = finished_prompts(out)
+                bar.refresh()
+    except BaseException:
+        for p in procs:
+            p.terminate()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    codes = [p.returncode for p in procs]
+    if any(codes):
+        raise SystemExit(f"a worker failed (exit codes {codes}); rerun the same command to resume")
+
+
 def main(argv: Iterable[str] | None = None) -> None:
+    argv = list(argv) if argv is not None else sys.argv[1:]
     ap = argparse.ArgumentParser(description="Generate self-distillation data with the target model.")
     ap.add_argument("--out", default="data/distill")
     ap.add_argument("--limit", type=int, default=None, help="only this many prompts (a seeded subset)")
@@ -490,18 +572,21 @@ def main(argv: Iterable[str] | None = None) -> None:
     ap.add_argument("--target", default=None, help="target model (default: the shipped SmolLM2-135M-Instruct)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads per process (default 1: on a busy 2-core machine two threads spin-wait "
+                         "and ran 4x slower; use --workers to use more cores)")
+    ap.add_argument("--workers", type=int, default=1, help="parallel worker processes, each taking every n-th shard")
+    ap.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # set for the worker processes
     ap.add_argument("--recipe", default=None,
                     help="where to copy recipe.json (default: assets/distill/recipe.json for a full run, "
                          "nowhere with --limit; 'none' to skip)")
     ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(list(argv) if argv is not None else None)
+    args = ap.parse_args(argv)
 
     from core.target import load_target
     from core.training.prompts import training_prompts
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = _Logger(out / "log.txt")
@@ -511,13 +596,21 @@ def main(argv: Iterable[str] | None = None) -> None:
                     sample_share=args.sample_share, seed=args.seed, eos_ids=sorted(target.eos_token_ids),
                     pad_id=2 if 2 in target.eos_token_ids else min(target.eos_token_ids))
     prompts = select_prompts(training_prompts(args.seed), args.limit, args.seed)
-    items = prepare_items(target, prompts, cfg, log=log)
-    stats = run_generation(target, items, out, cfg, progress=not args.no_progress, log=log)
+    items = prepare_items(target, prompts, cfg, log=log if args.worker is None else None)
+    if args.worker is not None:  # one of several worker processes: generate its shards and stop
+        run_generation(target, items, out, cfg, progress=False, log=log, worker=(args.worker, args.workers))
+        return
+    if args.workers > 1:
+        ensure_plan(target, items, out, cfg)
+        _run_workers(argv, args.workers, out, len(items), log, progress=not args.no_progress)
+    else:
+        run_generation(target, items, out, cfg, progress=not args.no_progress, log=log)
     ds_dir = merge_shards(out)
     npz = export_compact(ds_dir, out / "distill.npz")
     recipe = build_recipe(out, cfg, target.describe(), args.dtype, extra={
-        "command": "python -m core.training.datagen " + " ".join(sys.argv[1:] if argv is None else list(argv)),
+        "command": "python -m core.training.datagen " + " ".join(argv),
         "limit": args.limit,
+        "processes": {"workers": args.workers, "torch_threads_per_worker": args.threads},
         "compact_export": {"file": npz.name, "bytes": npz.stat().st_size},
     })
     _atomic_write_text(out / "recipe.json", json.dumps(recipe, indent=2) + "\n")
@@ -525,9 +618,9 @@ def main(argv: Iterable[str] | None = None) -> None:
     if recipe_to and recipe_to != "none":
         Path(recipe_to).parent.mkdir(parents=True, exist_ok=True)
         _atomic_write_text(Path(recipe_to), json.dumps(recipe, indent=2) + "\n")
-    log(f"done: {recipe['counts']['prompts']} records, {recipe['tokens']['answer_total']} answer tokens; this "
-        f"invocation generated {stats['generated_shards']} shards ({stats['new_tokens']} tokens) in "
-        f"{time.time() - t_start:.0f} s; dataset at {ds_dir}, compact copy {npz} ({npz.stat().st_size} bytes)")
+    log(f"done: {recipe['counts']['prompts']} records, {recipe['tokens']['answer_total']} answer tokens "
+        f"(mean {recipe['tokens']['answer_mean']}), this invocation took {time.time() - t_start:.0f} s; "
+        f"dataset at {ds_dir}, compact copy {npz} ({npz.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

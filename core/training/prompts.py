@@ -796,7 +796,9 @@ def stdlib_passages() -> tuple[tuple[str, str], ...]:
         for name in sorted(vars(mod)):
             if name.startswith("_"):
                 continue
-            obj = getattr(mod, name)
+            with warnings.catch_warnings():  # e.g. typing.io warns when touched
+                warnings.simplefilter("ignore")
+                obj = getattr(mod, name)
             if not (inspect.isclass(obj) or inspect.isroutine(obj)):
                 continue
             owner = getattr(obj, "__module__", "") or ""

@@ -1,0 +1,336 @@
+"""Spec-Bench-compatible benchmark: every method on the same questions, interleaved, one target load.
+
+    python -m analysis.bench --questions assets/prompts/speclens_eval.jsonl \\
+        --methods ar,pld,eagle2,moa,medusa,amphista --max-new-tokens 128 --out runs/bench
+
+Reads any Spec-Bench `question.jsonl` (multi-turn questions are answered turn
+by turn; the chat history holds the earlier turns and the model's own answers)
+and writes to --out:
+
+    <method>.jsonl             Spec-Bench answer file (DESIGN.md section 9)
+    summary.json               per method, overall and per category (analysis.metrics)
+    report.html                plotly figures (analysis.report)
+    traces/<method>.jsonl.gz   compact step traces for the failure analysis (analysis.failures)
+
+Methods run question by question in rotating order after a warm-up, so machine
+drift and cache warmth hit all alike. `ar` is always included: speedups are
+ratios against it in the same run. A method label `moa-tliN` means MoA with
+Target Layer Inference N (the shipped `assets/drafters/moa-tliN`).
+Drafters: shipped checkpoints by default; `--drafter random` makes every
+trained drafter random, `--drafter moa=random` or `--drafter moa=PATH` sets one,
+`--drafter-dir DIR` looks for DIR/<method> first.
+
+    python -m analysis.bench --readme-table runs/bench/summary.json   # markdown table for the README
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from analysis import metrics
+from analysis.traces import TraceWriter, compact_trace
+from core.decoding import generate
+from core.drafters.base import Drafter
+from core.target import Target
+from core.verify import SamplingConfig
+
+BASELINE = "ar"
+UNTRAINED = ("ar", "pld")
+WARMUP_TOKENS = 16
+
+
+# ----- questions ---------------------------------------------------------------------------------
+def load_questions(path: str | Path, limit: int | None = None, per_category: int | None = None,
+                   categories: Sequence[str] | None = None) -> list[dict]:
+    """Questions of a Spec-Bench file, in file order: optionally some categories, K per category, first K."""
+    out: list[dict] = []
+    seen: dict[str, int] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                q = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{n}: not JSON ({err})") from err
+            turns = q.get("turns")
+            if "question_id" not in q or not isinstance(turns, list) or not turns or \
+                    not all(isinstance(t, str) for t in turns):
+                raise ValueError(f"{path}:{n}: a Spec-Bench question needs 'question_id' and 'turns' (a list of "
+                                 f"strings)")
+            q.setdefault("category", "default")
+            if categories and q["category"] not in categories:
+                continue
+            if per_category is not None and seen.get(q["category"], 0) >= per_category:
+                continue
+            seen[q["category"]] = seen.get(q["category"], 0) + 1
+            out.append(q)
+    if limit is not None:
+        out = out[:limit]
+    if not out:
+        raise ValueError(f"no questions selected from {path}")
+    return out
+
+
+# ----- running -----------------------------------------------------------------------------------
+def _seed(question_id, turn: int, base: int) -> int:
+    return (base * 1_000_003 + zlib.crc32(f"{question_id}:{turn}".encode())) % 2**31
+
+
+def model_name(target: Target) -> str:
+    name = Path(target.source).name
+    return name[:-5] if name.endswith(".gguf") else name
+
+
+@torch.no_grad()
+def run_benchmark(
+    target: Target,
+    drafters: Mapping[str, Drafter],
+    questions: Sequence[dict],
+    out_dir: str | Path,
+    *,
+    max_new_tokens: int = 128,
+    sampling: SamplingConfig | None = None,
+    chat_ids: Callable[[list[dict]], list[int]] | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    record: bool = True,
+    warmup: bool = True,
+    progress: bool = True,
+    model_id: str | None = None,
+    meta: dict | None = None,
+    stop_tokens: set[int] | None = None,
+    report: bool = True,
+    plotlyjs: str = "cdn",
+) -> dict:
+    """Run every drafter (label -> Drafter, `ar` among them for speedups) on the questions; write the files.
+
+    chat_ids(messages) -> prompt ids and decode(ids) -> text default to the target's
+    chat template and tokenizer; tests pass their own for targets without one.
+    Returns the summary dict (also written to out_dir/summary.json).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    chat_ids = chat_ids or target.chat_ids
+    decode = decode or target.decode
+    sampling = sampling or SamplingConfig()
+    labels = list(drafters)
+    model_id = model_id or model_name(target)
+    # Token texts for the failure analysis keep special tokens visible ("<|im_end|>", not "").
+    token_decode = decode
+    if target.tokenizer is not None and decode == target.decode:
+        def token_decode(ids: list[int]) -> str:
+            return target.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    if warmup:
+        first = [{"role": "user", "content": questions[0]["turns"][0]}]
+        for label in labels:
+            generate(target, drafters[label], chat_ids(first), min(WARMUP_TOKENS, max_new_tokens), sampling,
+                     stop_tokens=stop_tokens)
+
+    answer_files = {label: open(out / f"{label}.jsonl", "w", encoding="utf-8") for label in labels}
+    traces = TraceWriter(out / "traces") if record else None
+    records: list[dict] = []
+    total = len(labels) * sum(len(q["turns"]) for q in questions)
+    bar = tqdm(total=total, desc="bench", unit="gen", file=sys.stderr, disable=not progress)
+    t_start = time.time()
+    try:
+        for qi, q in enumerate(questions):
+            order = labels[qi % len(labels):] + labels[:qi % len(labels)]
+            for label in order:
+                bar.set_postfix_str(f"q{q['question_id']} {label}")
+                messages: list[dict] = []
+                texts, turn_results, turn_stats, token_ids = [], [], [], []
+                for ti, turn in enumerate(q["turns"]):
+                    messages.append({"role": "user", "content": turn})
+                    cfg = sampling if sampling.greedy else SamplingConfig(
+                        sampling.temperature, sampling.top_p, _seed(q["question_id"], ti, sampling.seed or 0))
+                    result = generate(target, drafters[label], chat_ids(messages), max_new_tokens, cfg,
+                                      record=record, stop_tokens=stop_tokens)
+                    text = decode(result.token_ids)
+                    messages.append({"role": "assistant", "content": text})
+                    trace = result.trace()
+                    texts.append(text)
+                    turn_results.append(metrics.turn_result(trace))
+                    turn_stats.append(metrics.turn_stats(trace))
+                    token_ids.append(list(result.token_ids))
+                    if traces is not None:
+                        trace["text"] = text
+                        traces.write(label, {"method": label, "question_id": q["question_id"],
+                                             "category": q["category"], "turn": ti,
+                                             "wall_time_measured": round(result.wall_time, 6),
+                                             **compact_trace(trace, token_decode)})
+                    bar.update(1)
+                rec = metrics.answer_record(q, f"{model_id}-{label}", texts, turn_results)
+                answer_files[label].write(json.dumps(rec, ensure_ascii=False) + "\n")
+                answer_files[label].flush()
+                records.append({"method": label, "question_id": q["question_id"], "category": q["category"],
+                                "turn_stats": turn_stats, "token_ids": token_ids})
+    finally:
+        bar.close()
+        for f in answer_files.values():
+            f.close()
+        if traces is not None:
+            traces.close()
+
+    per_method = metrics.summarize(records, baseline=BASELINE)
+    summary = {
+        "config": {
+            "model_id": model_id, "target": target.describe(), "dtype": str(target.dtype).replace("torch.", ""),
+            "device": str(target.device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "max_new_tokens": max_new_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
+            "questions": len(questions), "methods": labels, "baseline": BASELINE,
+            "record": record, "warmup": warmup, "started": t_start, "seconds": round(time.time() - t_start, 1),
+            **(meta or {}),
+        },
+        "categories": list(dict.fromkeys(q["category"] for q in questions)),
+        "methods": {label: per_method[label] for label in labels if label in per_method},
+        "table": metrics.flat_rows({label: per_method[label] for label in labels if label in per_method}),
+        "definitions": metrics.DEFINITIONS,
+    }
+    if (meta or {}).get("command"):
+        summary["command"] = meta["command"]
+    with open(out / "summary.json", "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    if report:
+        from analysis.report import write_report
+
+        write_report(summary, out / "report.html", plotlyjs=plotlyjs)
+    return summary
+
+
+# ----- building drafters from the command line ---------------------------------------------------
+def parse_label(label: str) -> tuple[str, dict]:
+    """'moa-tli3' -> ('moa', {'tli': 3}); anything else is a method name with no options."""
+    m = re.fullmatch(r"moa-tli(\d+)", label)
+    return ("moa", {"tli": int(m.group(1))}) if m else (label, {})
+
+
+def parse_drafter_specs(specs: Sequence[str]) -> dict[str, str]:
+    """['random', 'moa=PATH'] -> {'*': 'random', 'moa': 'PATH'}."""
+    out = {}
+    for s in specs:
+        key, sep, value = s.partition("=")
+        if not sep:
+            key, value = "*", s
+        if not value:
+            raise ValueError(f"--drafter {s!r}: expected METHOD=PATH, METHOD=random or random")
+        out[key] = value
+    return out
+
+
+def resolve_drafter(label: str, specs: Mapping[str, str], drafter_dir: str | None) -> str | None:
+    """Checkpoint for a method label: an explicit spec, DIR/<label>, the wildcard spec, else None (shipped)."""
+    method, _ = parse_label(label)
+    if method in UNTRAINED:
+        return None
+    for key in (label, method):
+        if key in specs:
+            return specs[key]
+    if drafter_dir and (Path(drafter_dir) / label).is_dir():
+        return str(Path(drafter_dir) / label)
+    return specs.get("*")
+
+
+def build_drafters(target: Target, labels: Sequence[str], specs: Mapping[str, str], drafter_dir: str | None
+                   ) -> tuple[dict[str, Drafter], dict[str, str]]:
+    from core.methods import build_drafter
+
+    drafters, sources = {}, {}
+    for label in labels:
+        method, opts = parse_label(label)
+        spec = resolve_drafter(label, specs, drafter_dir)
+        drafters[label] = build_drafter(method, target, spec, **opts)
+        if method in UNTRAINED:
+            sources[label] = "built-in"
+        elif spec is None:
+            sources[label] = f"shipped: assets/drafters/{label}"
+        else:
+            sources[label] = spec
+    return drafters, sources
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m analysis.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--questions", help="Spec-Bench question.jsonl")
+    p.add_argument("--methods", default="ar,pld", help="comma-separated method labels (ar is always added)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0, help="base seed of the per-question sampling seeds")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2-135M-Instruct GGUF)")
+    p.add_argument("--limit", type=int, default=None, help="first K questions only")
+    p.add_argument("--per-category", type=int, default=None, help="at most K questions per category")
+    p.add_argument("--categories", default=None, help="comma-separated categories to keep")
+    p.add_argument("--drafter", action="append", default=[],
+                   help="'random' (every trained drafter untrained), or METHOD=PATH / METHOD=random; repeatable")
+    p.add_argument("--drafter-dir", default=None, help="folder holding <method>/ checkpoints (tried first)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--no-record", action="store_true", help="skip step traces (no failure analysis)")
+    p.add_argument("--no-warmup", action="store_true")
+    p.add_argument("--model-id", default=None, help="model_id prefix in the answer files")
+    p.add_argument("--plotlyjs", choices=["cdn", "inline"], default="cdn",
+                   help="report.html loads plotly.js from its CDN (small file) or embeds it (works offline)")
+    p.add_argument("--out", help="output folder")
+    p.add_argument("--readme-table", metavar="SUMMARY_JSON", default=None,
+                   help="print a markdown table of an existing summary.json and exit")
+    args = p.parse_args(argv)
+    if args.readme_table is None and (not args.questions or not args.out):
+        p.error("--questions and --out are required")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.readme_table:
+        from analysis.report import readme_table
+
+        with open(args.readme_table, encoding="utf-8") as f:
+            print(readme_table(json.load(f)))
+        return 0
+    try:
+        from core.target import load_target
+
+        questions = load_questions(args.questions, args.limit, args.per_category,
+                                   args.categories.split(",") if args.categories else None)
+        labels = [m.strip() for m in args.methods.split(",") if m.strip()]
+        if BASELINE not in labels:
+            print(f"adding {BASELINE!r}: speedups are measured against it", file=sys.stderr)
+        labels = [BASELINE] + [m for m in dict.fromkeys(labels) if m != BASELINE]
+        sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
+        specs = parse_drafter_specs(args.drafter)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        print(f"loading target ({args.dtype})...", file=sys.stderr)
+        target = load_target(args.target, args.dtype, args.device)
+        drafters, sources = build_drafters(target, labels, specs, args.drafter_dir)
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    meta = {"questions_file": str(args.questions), "drafters": sources,
+            "command": "python -m analysis.bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))}
+    summary = run_benchmark(target, drafters, questions, args.out, max_new_tokens=args.max_new_tokens,
+                            sampling=sampling, record=not args.no_record, warmup=not args.no_warmup,
+                            model_id=args.model_id, meta=meta, plotlyjs=args.plotlyjs)
+    from analysis.report import readme_table
+
+    print(readme_table(summary))
+    print(f"wrote {args.out}/summary.json, report.html and one answer file per method", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

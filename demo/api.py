@@ -1,0 +1,48 @@
+"""The app's programmatic API (see demo/API.md): `/generate`, callable with gradio_client.
+
+No `from __future__ import annotations` here: Gradio reads the real type hints to
+describe the endpoint's inputs and output.
+"""
+
+import logging
+
+import gradio as gr
+
+from demo.common import plain_message
+from demo.runtime import Runtime, UserError, run_summary
+
+log = logging.getLogger("speclens.app")
+
+
+def make_generate(runtime: Runtime):
+    def generate(prompt: str, method: str = "ar", max_new_tokens: int = 64) -> dict:
+        """Answer `prompt` (one user turn, chat template applied) with a decoding method, greedily.
+
+        Args:
+            prompt: the user's message.
+            method: ar, pld, eagle2, moa, medusa or amphista (untrained drafters are used where none is shipped).
+            max_new_tokens: 1 to 512.
+        Returns:
+            text, token_ids, mean_accepted (tau), tokens_per_s, new_tokens, steps, accept_lengths,
+            wall_time, stop_reason, drafter_note, speedup (vs the app's plain-decoding reference, or null).
+        """
+        try:
+            runtime.check_method(method)
+            n = runtime.check_max_new_tokens(max_new_tokens)
+            ids = runtime.prompt_ids(prompt if isinstance(prompt, str) else "")
+            return run_summary(runtime.generate(method, ids, n, plain_tps=runtime.plain_tps))
+        except gr.Error:
+            raise
+        except UserError as err:
+            raise gr.Error(str(err), print_exception=False) from None
+        except Exception as err:
+            log.exception("/generate failed")
+            raise gr.Error(plain_message(err), print_exception=False) from None
+
+    return generate
+
+
+def register(runtime: Runtime, concurrency_limit: int | str = "default") -> None:
+    """Add the `/generate` endpoint to the Blocks being built."""
+    gr.api(make_generate(runtime), api_name="generate", concurrency_limit=concurrency_limit,
+           api_description="Generate an answer with a speculative decoding method; returns text and statistics.")

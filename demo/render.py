@@ -1,0 +1,449 @@
+"""Pure rendering for the app: coloured token HTML, statistics, draft-tree and LSA figures.
+
+Everything here takes plain data (the JSON form of `core.decoding.StepEvent`,
+i.e. `StepEvent.to_dict()`) and returns HTML strings, dicts or plotly figures,
+so it can be tested on hand-made traces without Gradio or a model.
+
+Vocabulary used below: an event is one target forward pass. Its `new_tokens`
+are the accepted draft tokens (node indices in `accepted`, depth 1, 2, ...)
+followed by the target's own token (the "bonus" or correction token). Step 0
+is the prefill, whose only token is the target's own.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+MAX_DEPTH_CLASS = 8  # depth classes d1..d8; deeper drafts share d8
+
+# Greens darken with draft depth; the target's own tokens are peach. Text stays readable in dark mode.
+DEPTH_COLOURS = ["#cdeedb", "#b3e5c6", "#9edcb6", "#7acb9b", "#56b981", "#3a9d68", "#2a7f53", "#1d6141"]
+BONUS_COLOUR = "#fdd9b5"
+ACCEPTED_GREEN = "#2a9d5c"
+REJECTED_GREY = "#b8bcc4"
+BONUS_ORANGE = "#f08a24"
+ROOT_BLUE = "#3b5bdb"
+
+CSS = "\n".join(
+    [
+        ".tok-stream { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px;"
+        " line-height: 1.9; white-space: pre-wrap; word-break: break-word; padding: 8px;"
+        " border: 1px solid #d0d4da; border-radius: 8px; min-height: 48px; background: #ffffff; color: #111; }",
+        ".tok { border-radius: 3px; padding: 1px 0; margin-right: 1px; color: #111; cursor: help; }",
+        f".tok-bonus {{ background: {BONUS_COLOUR}; box-shadow: inset 0 -2px 0 {BONUS_ORANGE}; }}",
+        ".tok-special { font-size: 11px; opacity: 0.75; }",
+        *[f".tok-draft.d{i + 1} {{ background: {c};{' color: #fff;' if i >= 5 else ''} }}"
+          for i, c in enumerate(DEPTH_COLOURS)],
+        ".tok-legend { display: flex; flex-wrap: wrap; gap: 6px; align-items: center; font-size: 12px;"
+        " margin: 4px 0 6px 0; color: inherit; }",
+        ".tok-legend .tok { padding: 1px 6px; }",
+        ".stat-cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(110px, 1fr)); gap: 6px; }",
+        ".stat-card { border: 1px solid #d0d4da; border-radius: 8px; padding: 6px 8px; background: #f7f8fa;"
+        " color: #111; }",
+        ".stat-card .v { font-size: 20px; font-weight: 600; }",
+        ".stat-card .k { font-size: 11px; opacity: 0.8; }",
+        ".stat-note { font-size: 12px; margin-top: 4px; }",
+        ".cmp-grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(260px, 1fr)); gap: 10px; }",
+        ".cmp-col h4 { margin: 4px 0; }",
+        ".cmp-ok { color: #1d7a46; font-weight: 600; }",
+        ".cmp-diff { color: #b54708; font-weight: 600; }",
+        ".untrained-note { background: #fff4e5; color: #7a4100; border: 1px solid #f5c27a; border-radius: 6px;"
+        " padding: 4px 8px; font-size: 13px; }",
+    ]
+)
+
+
+# ----- tokens ---------------------------------------------------------------------------------------
+
+def token_pieces(ids: Sequence[int], decode: Callable[[list[int]], str], start: int = 0,
+                 window: int = 8) -> list[str]:
+    """Text of each token ids[start:], decoded in context.
+
+    Tokenizers merge bytes and spaces across tokens, so a token's text is the
+    difference between decoding a few tokens with and without it.
+    """
+    ids = [int(i) for i in ids]
+    pieces = []
+    for i in range(start, len(ids)):
+        lo = max(0, i - window)
+        before = decode(ids[lo:i]) if i > lo else ""
+        after = decode(ids[lo:i + 1])
+        pieces.append(after[len(before):] if after.startswith(before) else after)
+    return pieces
+
+
+def _prob_of(row_top: list | None, row: int, token: int) -> float | None:
+    if not row_top or row >= len(row_top):
+        return None
+    for tok, p in row_top[row]:
+        if int(tok) == int(token):
+            return float(p)
+    return None
+
+
+def event_tokens(event: dict) -> list[dict]:
+    """How each token of one event came to be: draft (with depth) or the target's own."""
+    tree = event.get("tree") or {}
+    probs = tree.get("draft_probs") or []
+    node_tp = event.get("node_target_prob")
+    row_top = event.get("row_top")
+    accepted = list(event.get("accepted") or [])
+    out = []
+    for i, tok in enumerate(event.get("new_tokens") or []):
+        info = {"token": int(tok), "step": int(event.get("step", 0))}
+        if i < len(accepted):
+            node = accepted[i]
+            info.update(kind="draft", depth=i + 1, node=node,
+                        draft_prob=float(probs[node]) if node < len(probs) else None,
+                        target_prob=float(node_tp[node]) if node_tp and node < len(node_tp) else None)
+        else:
+            row = accepted[-1] + 1 if accepted else 0  # the row that predicted the bonus token
+            info.update(kind="bonus", depth=0, node=None, draft_prob=None,
+                        target_prob=_prob_of(row_top, row, tok))
+        out.append(info)
+    return out
+
+
+def tokens_from_events(events: Sequence[dict]) -> list[dict]:
+    return [t for ev in events for t in event_tokens(ev)]
+
+
+def _fmt_p(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.3f}"
+
+
+def token_title(info: dict) -> str:
+    if info["kind"] == "draft":
+        return (f"step {info['step']} · accepted draft, depth {info['depth']} · "
+                f"draft p {_fmt_p(info.get('draft_prob'))} · target p {_fmt_p(info.get('target_prob'))}")
+    what = "first token (prefill)" if info["step"] == 0 else "target's own token (bonus/correction)"
+    return f"step {info['step']} · {what} · target p {_fmt_p(info.get('target_prob'))}"
+
+
+def token_span(info: dict, text: str) -> str:
+    if info["kind"] == "draft":
+        cls = f"tok tok-draft d{min(info['depth'], MAX_DEPTH_CLASS)}"
+    else:
+        cls = "tok tok-bonus"
+    shown = text
+    if text == "":
+        cls += " tok-special"
+        shown = "[end]"
+    return (f'<span class="{cls}" data-step="{info["step"]}" data-depth="{info["depth"]}" '
+            f'title="{html.escape(token_title(info), quote=True)}">{html.escape(shown)}</span>')
+
+
+def tokens_html(infos: Sequence[dict], pieces: Sequence[str], empty: str = "") -> str:
+    """The coloured token stream. `pieces` holds each token's text (same length as `infos`)."""
+    spans = "".join(token_span(i, p) for i, p in zip(infos, pieces))
+    if not spans and empty:
+        spans = f'<span style="opacity:0.6">{html.escape(empty)}</span>'
+    return f'<div class="tok-stream">{spans}</div>'
+
+
+def legend_html(max_depth: int = MAX_DEPTH_CLASS) -> str:
+    items = ['<span class="tok tok-bonus" title="a token the target produced itself">target\'s own token</span>']
+    for d in range(1, max_depth + 1):
+        label = f"draft d{d}" + ("+" if d == MAX_DEPTH_CLASS else "")
+        items.append(f'<span class="tok tok-draft d{d}" title="accepted draft token at depth {d}">{label}</span>')
+    return ('<div class="tok-legend"><b>Legend:</b>' + "".join(items)
+            + '<span style="opacity:0.75">(hover a token for its step, depth and probabilities)</span></div>')
+
+
+# ----- statistics -----------------------------------------------------------------------------------
+
+def generation_stats(events: Sequence[dict], wall_time: float, plain_tps: float | None = None) -> dict:
+    """tau, tokens/s, speedup and timing split for a (possibly partial) generation (DESIGN.md section 3)."""
+    new = sum(len(e.get("new_tokens") or []) for e in events)
+    steps = len(events)
+    tps = new / wall_time if wall_time > 0 else 0.0
+    drafted = [len((e.get("tree") or {}).get("tokens") or []) for e in events if e.get("step", 0) > 0]
+    return {
+        "new_tokens": new,
+        "steps": steps,
+        "tau": new / steps if steps else 0.0,
+        "tokens_per_s": tps,
+        "wall_time": wall_time,
+        "draft_time": sum(float(e.get("draft_time", 0.0)) for e in events),
+        "verify_time": sum(float(e.get("verify_time", 0.0)) for e in events),
+        "mean_drafted": float(np.mean(drafted)) if drafted else 0.0,
+        "speedup": tps / plain_tps if plain_tps and tps > 0 else None,
+        "plain_tps": plain_tps,
+    }
+
+
+def stats_html(stats: dict, plain_source: str = "", running: bool = False) -> str:
+    sp = stats.get("speedup")
+    cards = [
+        ("tau (tokens / target pass)", f"{stats['tau']:.2f}"),
+        ("tokens/s", f"{stats['tokens_per_s']:.1f}"),
+        ("speedup vs plain", "n/a" if sp is None else f"{sp:.2f}x"),
+        ("new tokens", str(stats["new_tokens"])),
+        ("target passes", str(stats["steps"])),
+        ("drafted / pass", f"{stats['mean_drafted']:.1f}"),
+        ("draft time", f"{stats['draft_time']:.2f} s"),
+        ("verify time", f"{stats['verify_time']:.2f} s"),
+    ]
+    body = "".join(f'<div class="stat-card"><div class="v">{v}</div><div class="k">{k}</div></div>'
+                   for k, v in cards)
+    note = ""
+    if stats.get("plain_tps"):
+        note = f"plain decoding: {stats['plain_tps']:.1f} tokens/s"
+        if plain_source:
+            note += f" ({html.escape(plain_source)})"
+    elif sp is None:
+        note = "speedup: no plain-decoding speed measured yet"
+    if running:
+        note = "generating... " + note
+    return f'<div class="stat-cards">{body}</div><div class="stat-note">{note}</div>'
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Index of the first differing token, None if identical."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def lossless_note(plain_ids: Sequence[int], ids: Sequence[int], greedy: bool) -> tuple[bool, str]:
+    diff = first_difference(plain_ids, ids)
+    if diff is None:
+        return True, "✓ identical to plain decoding (lossless)"
+    if greedy:
+        return False, (f"≠ differs from plain decoding from token {diff}: in bfloat16 a multi-token pass can flip "
+                       "the target's argmax on a near tie (float32 matches exactly)")
+    return False, (f"≠ differs from plain decoding from token {diff}: at temperature > 0 each run is a random draw "
+                   "from the same distribution, so outputs differ by design")
+
+
+def compare_html(columns: Sequence[dict]) -> str:
+    """Side-by-side runs. Each column: title, html (tokens), stats (dict), note, ok (bool | None)."""
+    cells = []
+    for col in columns:
+        ok = col.get("ok")
+        cls = "cmp-ok" if ok else "cmp-diff"
+        note = f'<div class="{cls}">{html.escape(col["note"])}</div>' if col.get("note") else ""
+        st = col.get("stats")
+        stat_line = ""
+        if st:
+            sp = st.get("speedup")
+            stat_line = (f"<div>tau {st['tau']:.2f} · {st['tokens_per_s']:.1f} tokens/s"
+                         + ("" if sp is None else f" · speedup {sp:.2f}x") + "</div>")
+        cells.append(f'<div class="cmp-col"><h4>{html.escape(col["title"])}</h4>{stat_line}{note}'
+                     f'{col.get("html", "")}</div>')
+    return f'<div class="cmp-grid">{"".join(cells)}</div>'
+
+
+# ----- draft tree -----------------------------------------------------------------------------------
+
+def show_token(text: str) -> str:
+    """A token's text made visible in a figure label."""
+    if text == "":
+        return "∅"
+    t = text.replace("\n", "↵").replace("\t", "⇥")
+    return t if t.strip() else t.replace(" ", "␣")
+
+
+def tree_layout(parents: Sequence[int]) -> tuple[list[int], list[float]]:
+    """x = depth, y = vertical slot, for nodes [root, 0, 1, ...]: leaves in depth-first order, parents centred."""
+    n = len(parents)
+    kids: list[list[int]] = [[] for _ in range(n + 1)]  # index 0 = root, node i -> i + 1
+    for i, p in enumerate(parents):
+        kids[int(p) + 1].append(i + 1)
+    x = [0] * (n + 1)
+    y = [0.0] * (n + 1)
+    counter = [0]
+
+    def place(v: int, depth: int) -> None:  # iterative would be longer; trees are at most ~100 deep
+        x[v] = depth
+        if not kids[v]:
+            y[v] = float(counter[0])
+            counter[0] += 1
+            return
+        for c in kids[v]:
+            place(c, depth + 1)
+        y[v] = (y[kids[v][0]] + y[kids[v][-1]]) / 2
+
+    place(0, 0)
+    return x, y
+
+
+def tree_figure(event: dict, decode: Callable[[list[int]], str] | None = None,
+                root_token: int | None = None) -> go.Figure:
+    """Every drafted node of one step: accepted path green, rejected grey, the target's bonus token orange."""
+    tree = event.get("tree") or {}
+    tokens = [int(t) for t in tree.get("tokens") or []]
+    parents = [int(p) for p in tree.get("parents") or []]
+    dprobs = tree.get("draft_probs") or [None] * len(tokens)
+    tprobs = event.get("node_target_prob") or [None] * len(tokens)
+    accepted = list(event.get("accepted") or [])
+    acc_set = set(accepted)
+    bonus = event.get("bonus")
+    dec = decode or (lambda ids: " ".join(str(i) for i in ids))
+    x, y = tree_layout(parents)
+    n = len(tokens)
+
+    def label(tok: int) -> str:
+        return show_token(dec([tok]))
+
+    fig = go.Figure()
+    # edges: grey first so the accepted path draws on top
+    for accepted_edges in (False, True):
+        ex, ey = [], []
+        for i, p in enumerate(parents):
+            if (i in acc_set) == accepted_edges:
+                ex += [x[p + 1], x[i + 1], None]
+                ey += [y[p + 1], y[i + 1], None]
+        if ex:
+            fig.add_trace(go.Scatter(
+                x=ex, y=ey, mode="lines", hoverinfo="skip", showlegend=False,
+                line={"color": ACCEPTED_GREEN if accepted_edges else REJECTED_GREY,
+                      "width": 3.5 if accepted_edges else 1}))
+    # bonus token: below everything, hanging off the last accepted node (or the root)
+    b_parent = accepted[-1] + 1 if accepted else 0
+    b_x, b_y = x[b_parent] + 1, (min(y) - 1.2) if n else 0.0
+    if bonus is not None:
+        fig.add_trace(go.Scatter(x=[x[b_parent], b_x], y=[y[b_parent], b_y], mode="lines", hoverinfo="skip",
+                                 showlegend=False, line={"color": BONUS_ORANGE, "width": 2, "dash": "dot"}))
+
+    groups = {
+        "rejected draft": ([i for i in range(n) if i not in acc_set], REJECTED_GREY, "circle", 10),
+        "accepted draft": (accepted, ACCEPTED_GREEN, "circle", 14),
+    }
+    for name, (nodes, colour, symbol, size) in groups.items():
+        if not nodes:
+            continue
+        hover = [f"node {i} · depth {x[i + 1]}<br>token {label(tokens[i])!r}<br>draft p {_fmt_p(_f(dprobs[i]))}"
+                 f"<br>target p {_fmt_p(_f(tprobs[i]))}<br>{name}" for i in nodes]
+        text = [f"{label(tokens[i])} {_short_p(dprobs[i])}" for i in nodes]
+        fig.add_trace(go.Scatter(
+            x=[x[i + 1] for i in nodes], y=[y[i + 1] for i in nodes], mode="markers+text", name=name,
+            marker={"color": colour, "size": size, "symbol": symbol, "line": {"width": 1, "color": "#555"}},
+            text=text, textposition="top center", textfont={"size": 10, "color": "#888" if name.startswith("rej")
+                                                              else "#111"},
+            hovertext=hover, hoverinfo="text"))
+    root_label = label(root_token) if root_token is not None else "root"
+    fig.add_trace(go.Scatter(x=[0], y=[y[0]], mode="markers+text", name="root (last verified token)",
+                             marker={"color": ROOT_BLUE, "size": 16, "symbol": "square"},
+                             text=[root_label], textposition="middle left", hovertext=["root: the token the "
+                             "target produced last step"], hoverinfo="text"))
+    if bonus is not None:
+        b_text = label(int(bonus))
+        b_p = _prob_of(event.get("row_top"), b_parent, int(bonus))
+        fig.add_trace(go.Scatter(x=[b_x], y=[b_y], mode="markers+text", name="target's bonus token",
+                                 marker={"color": BONUS_ORANGE, "size": 18, "symbol": "star",
+                                         "line": {"width": 1, "color": "#7a4100"}},
+                                 text=[b_text], textposition="middle right",
+                                 hovertext=[f"bonus {b_text!r}: the target's own token<br>target p {_fmt_p(b_p)}"],
+                                 hoverinfo="text"))
+    n_leaves = max(1, sum(1 for i in range(n) if i not in set(parents)))
+    title = (f"Step {event.get('step', '?')}: {len(accepted)} of {n} drafted tokens accepted, "
+             f"+1 target token")
+    fig.update_layout(
+        title=title, height=max(360, min(1600, 30 * n_leaves + 140)), margin={"l": 30, "r": 30, "t": 50, "b": 80},
+        xaxis={"title": "draft depth", "dtick": 1, "zeroline": False, "range": [-0.5, max(x + [b_x]) + 0.9]},
+        yaxis={"visible": False}, plot_bgcolor="white",
+        legend={"orientation": "h", "y": 0.01, "yanchor": "bottom", "yref": "container"},
+        hoverlabel={"align": "left"})
+    return fig
+
+
+def _f(v) -> float | None:
+    return None if v is None else float(v)
+
+
+def _short_p(v) -> str:
+    return "" if v is None else f"{float(v):.2f}"
+
+
+def default_step(events: Sequence[dict]) -> int | None:
+    """The step with the longest accepted path (ties: the earliest); None if no step drafted anything."""
+    best, best_len = None, -1
+    for e in events:
+        n = len((e.get("tree") or {}).get("tokens") or [])
+        if n and len(e.get("accepted") or []) > best_len:
+            best, best_len = int(e["step"]), len(e.get("accepted") or [])
+    return best
+
+
+def step_choices(events: Sequence[dict]) -> list[tuple[str, int]]:
+    out = []
+    for e in events:
+        n = len((e.get("tree") or {}).get("tokens") or [])
+        if e.get("step", 0) == 0:
+            continue
+        out.append((f"step {e['step']}: {len(e.get('accepted') or [])}/{n} accepted", int(e["step"])))
+    return out
+
+
+# ----- MoA layer self-attention ---------------------------------------------------------------------
+
+def lsa_matrices(events: Sequence[dict]) -> tuple[np.ndarray | None, list[dict]]:
+    """All LSA attention maps of a run stacked: ([n_tokens, L, L], one {step, token} per map)."""
+    mats, meta = [], []
+    for e in events:
+        ex = e.get("extras") or {}
+        att = ex.get("lsa_attention")
+        if att is None:
+            continue
+        a = np.asarray(att, dtype=np.float64)
+        if a.ndim == 2:
+            a = a[None]
+        if a.ndim == 4:  # [n, heads, L, L]: average the heads
+            a = a.mean(axis=1)
+        if a.ndim != 3 or a.shape[1] != a.shape[2]:
+            continue
+        toks = list(ex.get("lsa_tokens") or [None] * a.shape[0])
+        for j in range(a.shape[0]):
+            mats.append(a[j])
+            meta.append({"step": int(e.get("step", 0)), "token": toks[j] if j < len(toks) else None})
+    if not mats:
+        return None, []
+    return np.stack(mats), meta
+
+
+def lsa_received(matrix: np.ndarray) -> np.ndarray:
+    """Attention each key layer receives, averaged over query layers (rows sum to 1)."""
+    return np.asarray(matrix).mean(axis=0)
+
+
+def lsa_heatmap(matrix: np.ndarray, title: str) -> go.Figure:
+    m = np.asarray(matrix)
+    n = m.shape[0]
+    # an absolute scale from 0: a near-uniform map looks uniform instead of exaggerating tiny differences
+    fig = go.Figure(go.Heatmap(
+        z=m, x=list(range(n)), y=list(range(n)), colorscale="Viridis", colorbar={"title": "weight"},
+        zmin=0.0, zmax=float(max(m.max(), 2.0 / max(1, n))),
+        hovertemplate="query layer %{y}<br>key layer %{x}<br>weight %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title, height=460, margin={"l": 50, "r": 20, "t": 50, "b": 50},
+                      xaxis={"title": "key: target layer attended to", "dtick": 5},
+                      yaxis={"title": "query: target layer", "autorange": "reversed", "dtick": 5})
+    return fig
+
+
+def lsa_bar(received: np.ndarray, title: str = "Attention received per target layer") -> go.Figure:
+    r = np.asarray(received)
+    fig = go.Figure(go.Bar(x=list(range(len(r))), y=r, marker_color=ROOT_BLUE,
+                           hovertemplate="layer %{x}<br>mean weight %{y:.3f}<extra></extra>"))
+    fig.add_hline(y=1.0 / max(1, len(r)), line_dash="dot", line_color="#888",
+                  annotation_text="uniform", annotation_position="top right")
+    fig.update_layout(title=title, height=320, margin={"l": 50, "r": 20, "t": 50, "b": 50},
+                      xaxis={"title": "target layer", "dtick": 5}, yaxis={"title": "mean attention weight"})
+    return fig
+
+
+# ----- small figure helpers -------------------------------------------------------------------------
+
+def message_figure(text: str) -> go.Figure:
+    """An empty figure that says why there is nothing to plot."""
+    fig = go.Figure()
+    fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font={"size": 14, "color": "#666"})
+    fig.update_layout(height=260, xaxis={"visible": False}, yaxis={"visible": False}, plot_bgcolor="white",
+                      margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    return fig

@@ -1,0 +1,329 @@
+"""The app's model holder: loads the target once (lazily), lends drafters, streams generations as JSON-able runs.
+
+No Gradio here: the tabs and the API call this, and tests can drive it directly.
+
+Configuration (environment variables, read when a `Runtime` is built):
+  SPECLENS_TINY=1           a tiny random target and a trivial tokenizer (fast tests; text is "t12 t7 ...")
+  SPECLENS_TARGET           target checkpoint (default: the shipped SmolLM2-135M-Instruct GGUF)
+  SPECLENS_DTYPE            bfloat16 (default) or float32
+  SPECLENS_DEVICE           auto (default), cpu or cuda
+  SPECLENS_REFERENCE_TOKENS tokens of the plain-decoding reference run made after loading (default 16, 0 = none)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from core.decoding import generate_stream
+from core.drafters.base import Drafter
+from core.methods import build_drafter, default_drafter_folder
+from core.target import Target, load_target, tiny_target
+from core.verify import SamplingConfig
+from demo.render import generation_stats, token_pieces, tokens_from_events
+
+log = logging.getLogger("speclens.app")
+
+METHOD_LABELS = {
+    "ar": "Plain decoding (ar)",
+    "pld": "Prompt lookup (pld)",
+    "eagle2": "EAGLE-2 (eagle2)",
+    "moa": "Mixture of Attentions (moa)",
+    "medusa": "Medusa (medusa)",
+    "amphista": "Amphista (amphista)",
+}
+TRAINED_MODULES = {"eagle2": "core.drafters.eagle2", "moa": "core.drafters.moa", "medusa": "core.drafters.medusa",
+                   "amphista": "core.drafters.amphista"}
+TLI_CHOICES = (0, 1, 3)
+MAX_NEW_TOKENS = 512
+MAX_PROMPT_TOKENS = 2048
+REFERENCE_PROMPT = "Explain in two sentences why the sky is blue."
+UNTRAINED_NOTE = "untrained drafter: tau near 1"
+
+
+class UserError(ValueError):
+    """A problem the user can fix; its message is shown as is."""
+
+
+def method_available(method: str) -> bool:
+    if method in ("ar", "pld"):
+        return True
+    module = TRAINED_MODULES.get(method)
+    return module is not None and importlib.util.find_spec(module) is not None
+
+
+def checkpoint_folder(method: str, tli: int | None = None):
+    name = f"moa-tli{tli}" if method == "moa" and tli else method
+    return default_drafter_folder(name)
+
+
+def has_checkpoint(method: str, tli: int | None = None) -> bool:
+    return (checkpoint_folder(method, tli) / "config.json").is_file()
+
+
+class _TinyText:
+    """Stands in for a tokenizer with the tiny test target: characters -> ids, ids -> "t<id>"."""
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+
+    def encode(self, text: str) -> list[int]:
+        return [2 + ord(c) % (self.vocab - 2) for c in text]
+
+    @staticmethod
+    def decode(ids: Sequence[int]) -> str:
+        return " ".join(f"t{int(i)}" for i in ids)
+
+
+class Runtime:
+    """One target and a pool of drafters, shared by every user of the app (they are read-only once loaded)."""
+
+    def __init__(self, tiny: bool | None = None, target: str | None = None, dtype: str | None = None,
+                 device: str | None = None, reference_tokens: int | None = None) -> None:
+        env = os.environ
+        self.tiny = env.get("SPECLENS_TINY", "0") not in ("", "0", "false") if tiny is None else tiny
+        self.target_name = target or env.get("SPECLENS_TARGET") or None
+        self.dtype = dtype or env.get("SPECLENS_DTYPE", "bfloat16")
+        self.device = device or env.get("SPECLENS_DEVICE", "auto")
+        self.reference_tokens = int(env.get("SPECLENS_REFERENCE_TOKENS", "16")) if reference_tokens is None \
+            else reference_tokens
+        self.max_new_tokens = MAX_NEW_TOKENS
+        self.max_prompt_tokens = MAX_PROMPT_TOKENS
+        self._target: Target | None = None
+        self._tiny_text: _TinyText | None = None
+        self._load_lock = threading.Lock()
+        self._pool_lock = threading.Lock()
+        self._pool: dict[tuple, list[tuple[Drafter, str]]] = {}
+        self.plain_tps: float | None = None  # reference plain-decoding speed on this machine
+        self.plain_source = ""
+
+    # ----- loading ------------------------------------------------------------------------------
+    @property
+    def loaded(self) -> bool:
+        return self._target is not None
+
+    def describe(self) -> str:
+        if self.tiny:
+            return "tiny random test target (no real text)"
+        name = self.target_name or "SmolLM2-135M-Instruct"
+        return f"{name}, {self.dtype}, {self.device}"
+
+    def load(self, progress: Callable[[float, str], None] | None = None) -> Target:
+        """Load the target once; later calls return it at once. `progress(fraction, text)` reports steps."""
+        if self._target is not None:
+            return self._target
+        report = progress or (lambda f, t: None)
+        with self._load_lock:
+            if self._target is not None:
+                return self._target
+            t0 = time.perf_counter()
+            if self.tiny:
+                report(0.2, "building the tiny test target")
+                target = tiny_target()
+                self._tiny_text = _TinyText(target.vocab_size)
+            else:
+                report(0.05, "loading the target model (first use only; about 20-40 s on a CPU)")
+                try:
+                    target = load_target(self.target_name, self.dtype, self.device)
+                except FileNotFoundError as err:
+                    raise UserError(str(err)) from err
+            log.info("target loaded in %.1f s: %s", time.perf_counter() - t0, self.describe())
+            self._target = target
+            if self.reference_tokens > 0:
+                report(0.85, "measuring plain decoding speed (reference for the speedup figure)")
+                self._reference_run(target)
+            report(1.0, "ready")
+            return target
+
+    def _reference_run(self, target: Target) -> None:
+        try:
+            ids = self.prompt_ids(REFERENCE_PROMPT)
+            list(generate_stream(target, build_drafter("ar", target), ids, 2))  # warm-up
+            t0 = time.perf_counter()
+            n = sum(len(e.new_tokens) for e in generate_stream(target, build_drafter("ar", target), ids,
+                                                                self.reference_tokens, stop_tokens=set()))
+            self.plain_tps = n / (time.perf_counter() - t0)
+            self.plain_source = f"reference run of {n} tokens when the app loaded"
+        except Exception:  # a failed measurement only hides the speedup figure
+            log.exception("reference plain-decoding run failed")
+
+    @property
+    def target(self) -> Target:
+        return self.load()
+
+    # ----- text ---------------------------------------------------------------------------------
+    def prompt_ids(self, messages: str | Sequence[dict]) -> list[int]:
+        """Token ids of a chat prompt, with the limits checked (plain messages on failure)."""
+        target = self.load()
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        if not messages or not any(str(m.get("content", "")).strip() for m in messages):
+            raise UserError("The prompt is empty: type a message for the model to answer.")
+        if self._tiny_text is not None:
+            ids = self._tiny_text.encode("\n".join(str(m["content"]) for m in messages))
+        else:
+            ids = target.chat_ids(list(messages))
+        limit = min(self.max_prompt_tokens, target.max_positions - 64)
+        if len(ids) > limit:
+            raise UserError(f"The prompt (with the conversation so far) is {len(ids)} tokens long; the limit is "
+                            f"{limit}. Clear the chat or shorten the message.")
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        if self._tiny_text is not None or self.tiny:
+            return _TinyText.decode(ids)
+        return self.load().decode(list(ids))
+
+    # ----- methods and drafters -----------------------------------------------------------------
+    def methods(self) -> list[tuple[str, str]]:
+        """(label, method) for every method this build can run; untrained ones say so."""
+        out = []
+        for m, label in METHOD_LABELS.items():
+            if not method_available(m):
+                continue
+            if m not in ("ar", "pld") and (self.tiny or not has_checkpoint(m)):
+                label += " · untrained"
+            out.append((label, m))
+        return out
+
+    def check_method(self, method: str) -> None:
+        if method not in METHOD_LABELS:
+            raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHOD_LABELS)}.")
+        if not method_available(method):
+            raise UserError(f"The {method} drafter is not part of this build yet (core/drafters is missing it).")
+
+    def _build(self, method: str, tli: int | None) -> tuple[Drafter, str]:
+        target = self.load()
+        if method in ("ar", "pld"):
+            return build_drafter(method, target), ""
+        opts = {"tli": int(tli)} if method == "moa" and tli is not None else {}
+        if not self.tiny and has_checkpoint(method, tli):
+            try:
+                trained_opts = {k: v for k, v in opts.items() if v}  # the N=0 checkpoint takes no option
+                folder = checkpoint_folder(method, tli)
+                return build_drafter(method, target, str(folder), **trained_opts), \
+                    f"trained {method} drafter ({folder.name})"
+            except Exception as err:  # mismatched or broken checkpoint: say so, fall back to random
+                log.warning("could not load the trained %s drafter: %s", method, err)
+                reason = f"the trained checkpoint could not be loaded ({err})"
+        else:
+            reason = f"no trained checkpoint at assets/drafters/{checkpoint_folder(method, tli).name}"
+        drafter = build_drafter(method, target, "random", **opts)
+        return drafter, f"{UNTRAINED_NOTE} ({reason}; using a randomly initialised {method} drafter)"
+
+    @contextmanager
+    def drafter(self, method: str, tli: int | None = None) -> Iterator[tuple[Drafter, str]]:
+        """Borrow a drafter (drafters keep per-generation state, so one generation uses one at a time)."""
+        self.check_method(method)
+        key = (method, tli if method == "moa" else None)
+        with self._pool_lock:
+            idle = self._pool.setdefault(key, [])
+            item = idle.pop() if idle else None
+        if item is None:
+            try:
+                item = self._build(method, tli)
+            except UserError:
+                raise
+            except FileNotFoundError as err:
+                raise UserError(str(err)) from err
+        try:
+            yield item
+        finally:
+            with self._pool_lock:
+                self._pool[key].append(item)
+
+    def note_for(self, method: str, tli: int | None = None) -> str:
+        """The drafter note without building anything (for labels before a run)."""
+        if method in ("ar", "pld"):
+            return ""
+        if self.tiny or not has_checkpoint(method, tli):
+            return UNTRAINED_NOTE
+        return "trained"
+
+    # ----- generation ---------------------------------------------------------------------------
+    def check_max_new_tokens(self, max_new_tokens) -> int:
+        bad = UserError(f"max_new_tokens must be a whole number, got {max_new_tokens!r}.")
+        if isinstance(max_new_tokens, bool):
+            raise bad
+        try:
+            n = int(max_new_tokens)
+            if float(max_new_tokens) != n:
+                raise bad
+        except (TypeError, ValueError, OverflowError):
+            raise bad from None
+        if not 1 <= n <= self.max_new_tokens:
+            raise UserError(f"max_new_tokens must be between 1 and {self.max_new_tokens}, got {n}.")
+        return n
+
+    def stream(self, method: str, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0,
+               tli: int | None = None, plain_tps: float | None = None) -> Iterator[dict]:
+        """Generate, yielding the run record (a JSON-able dict, updated in place) after every target pass."""
+        max_new_tokens = self.check_max_new_tokens(max_new_tokens)
+        try:
+            sampling = SamplingConfig(float(temperature))
+        except ValueError as err:
+            raise UserError(str(err)) from err
+        target = self.load()
+        with self.drafter(method, tli) as (drafter, note):
+            run = {
+                "method": method, "label": METHOD_LABELS.get(method, method),
+                "tli": tli if method == "moa" else None, "note": note, "temperature": float(temperature),
+                "greedy": sampling.greedy, "prompt_ids": list(prompt_ids), "token_ids": [], "pieces": [],
+                "tokens": [], "events": [], "wall_time": 0.0, "stop_reason": None, "text": "", "done": False,
+                "stats": generation_stats([], 0.0, plain_tps), "target": self.describe(),
+            }
+            if run["tli"] is not None:
+                run["label"] += f", N={run['tli']}"
+            t0 = time.perf_counter()
+            for ev in generate_stream(target, drafter, list(prompt_ids), max_new_tokens, sampling, record=True):
+                d = ev.to_dict()
+                run["events"].append(d)
+                start = len(run["token_ids"])
+                run["token_ids"].extend(int(t) for t in ev.new_tokens)
+                run["tokens"].extend(tokens_from_events([d]))
+                # re-decode the last token too: its text may change once the next bytes arrive
+                redo = max(0, start - 1)
+                run["pieces"][redo:] = token_pieces(run["token_ids"], self.decode, start=redo)
+                run["wall_time"] = time.perf_counter() - t0
+                run["stats"] = generation_stats(run["events"], run["wall_time"], plain_tps)
+                yield run
+            ids = run["token_ids"]
+            stop = target.eos_token_ids
+            run["stop_reason"] = "eos" if ids and ids[-1] in stop else (
+                "max_new_tokens" if len(ids) >= max_new_tokens else "context")
+            run["text"] = self.decode(ids)
+            run["done"] = True
+            if method == "ar" and len(ids) >= 8:
+                self.plain_tps = run["stats"]["tokens_per_s"]
+                self.plain_source = "latest plain run on this machine"
+            yield run
+
+    def generate(self, method: str, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0,
+                 tli: int | None = None, plain_tps: float | None = None) -> dict:
+        *_, run = self.stream(method, prompt_ids, max_new_tokens, temperature, tli, plain_tps)
+        return run
+
+
+def run_summary(run: dict) -> dict:
+    """The public, compact form of a finished run (what the /generate API returns)."""
+    st = run["stats"]
+    return {
+        "text": run["text"], "token_ids": run["token_ids"], "method": run["method"],
+        "new_tokens": st["new_tokens"], "steps": st["steps"], "mean_accepted": round(st["tau"], 4),
+        "tokens_per_s": round(st["tokens_per_s"], 3), "wall_time": round(run["wall_time"], 4),
+        "accept_lengths": [len(e["new_tokens"]) for e in run["events"]], "stop_reason": run["stop_reason"],
+        "drafter_note": run["note"], "speedup": None if st["speedup"] is None else round(st["speedup"], 3),
+    }
+
+
+def trace_for_download(run: dict) -> dict:
+    """A run as a self-describing trace (the same shape as `GenerationResult.trace()`, plus the app's fields)."""
+    keep = ("method", "label", "tli", "note", "temperature", "prompt_ids", "token_ids", "text", "stop_reason",
+            "wall_time", "target")
+    return {**{k: run.get(k) for k in keep}, "summary": run_summary(run), "tokens": [
+        {**t, "text": p} for t, p in zip(run["tokens"], run["pieces"])], "events": run["events"]}

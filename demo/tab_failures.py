@@ -1,0 +1,262 @@
+"""Tab 6, Draft failures: which draft tokens the target rejected, and how well the drafter's confidence is calibrated.
+
+The analysis itself lives in `analysis.failures`; this tab only gathers traces, filters and shows.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from demo.common import RESULTS, AppContext, friendly, last_runs, progress_reporter, write_json_download
+from demo.render import message_figure
+
+TITLE = "Draft failures"
+EXPLANATION = """\
+**What you see.** Every drafted token that the target checked and threw away, with what the target wanted
+instead. Filter them by draft depth (deeper guesses fail more often, since they build on earlier guesses)
+and by the kind of token (words, punctuation, numbers, code...). The bar charts show how often each kind
+and each depth is accepted; the *calibration curve* asks whether the drafter's confidence means something:
+when it says 80 %, is the token accepted about 80 % of the time? Pick a rejection (click a row) to see the
+drafter's and the target's ten most likely tokens side by side. Source: your last generation in this
+session, or the committed benchmark traces.
+"""
+TRACES_DIR = RESULTS / "traces"
+SOURCES = ("Last generation", "Committed benchmark run")
+ALL = "all"
+TABLE_COLUMNS = ["#", "step", "depth", "draft_text", "target_text", "draft_prob", "target_prob_of_draft",
+                 "target_entropy", "kind"]
+MAX_TRACES = 200  # committed traces read per file, enough for stable curves and a quick tab
+MAX_TABLE_ROWS = 2000
+
+_trace_cache: dict[tuple, list[dict]] = {}
+
+
+def failures_module():
+    """analysis.failures, or None while it is not part of the build."""
+    try:
+        return importlib.import_module("analysis.failures")
+    except ModuleNotFoundError as err:
+        if err.name in ("analysis.failures", "analysis"):
+            return None
+        raise
+
+
+def committed_trace_files(folder: Path = TRACES_DIR) -> list[Path]:
+    return sorted(Path(folder).glob("*.jsonl.gz"))
+
+
+def load_committed_traces(folder: Path = TRACES_DIR, limit: int = MAX_TRACES) -> list[dict]:
+    """Traces (one JSON object a line) from assets/results/traces/*.jsonl.gz, at most `limit` per file."""
+    out = []
+    for path in committed_trace_files(folder):
+        key = (str(path), path.stat().st_mtime, limit)
+        if key not in _trace_cache:
+            traces = []
+            with gzip.open(path, "rt") as f:
+                for line in f:
+                    if len(traces) >= limit:
+                        break
+                    if line.strip():
+                        t = json.loads(line)
+                        t.setdefault("source_file", path.name)
+                        traces.append(t)
+            _trace_cache[key] = traces
+        out.extend(_trace_cache[key])
+    return out
+
+
+def trace_decoder(trace: dict, fallback: Callable | None) -> Callable | None:
+    """Decode from the trace's own token_text map when it has one (committed traces do), else `fallback`."""
+    try:
+        from analysis.traces import token_text_decoder
+    except ImportError:
+        return fallback
+    return token_text_decoder(trace, fallback)
+
+
+def _tested_nodes(fm, trace: dict, decode: Callable | None) -> list:
+    """tested_nodes(trace, decode) where it takes a decoder (to label token kinds), else tested_nodes(trace)."""
+    try:
+        params = inspect.signature(fm.tested_nodes).parameters
+    except (TypeError, ValueError):
+        params = {}
+    return fm.tested_nodes(trace, decode) if len(params) >= 2 else fm.tested_nodes(trace)
+
+
+def gather(traces: Sequence[dict], decode: Callable | None, fm) -> tuple[list[dict], list]:
+    """All rejection records (numbered) and all tested nodes of the traces."""
+    records, nodes = [], []
+    for t_i, trace in enumerate(traces):
+        dec = trace_decoder(trace, decode)
+        for r in fm.rejections(trace, dec):
+            records.append({**r, "trace": t_i, "method": trace.get("method")})
+        nodes.extend(_tested_nodes(fm, trace, dec))
+    for i, r in enumerate(records):
+        r["#"] = i
+    return records, nodes
+
+
+def filter_records(records: Sequence[dict], depth, kind) -> list[dict]:
+    out = []
+    for r in records:
+        if depth not in (None, ALL, "") and int(r.get("depth", -1)) != int(depth):
+            continue
+        if kind not in (None, ALL, "") and r.get("kind") != kind:
+            continue
+        out.append(r)
+    return out
+
+
+def records_table(records: Sequence[dict]) -> pd.DataFrame:
+    rows = []
+    for r in records[:MAX_TABLE_ROWS]:
+        row = {c: r.get(c) for c in TABLE_COLUMNS}
+        for c in ("draft_prob", "target_prob_of_draft", "target_entropy"):
+            if row[c] is not None:  # 3 significant digits: rejected drafts often have tiny target probabilities
+                row[c] = float(f"{float(row[c]):.3g}")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+
+
+def filter_choices(records: Sequence[dict]) -> tuple[list, list]:
+    depths = sorted({int(r["depth"]) for r in records if r.get("depth") is not None})
+    kinds = sorted({str(r["kind"]) for r in records if r.get("kind") is not None})
+    return [ALL] + [str(d) for d in depths], [ALL] + kinds
+
+
+def analyse(traces: Sequence[dict], decode: Callable | None, fm=None) -> dict:
+    """Everything the tab shows for a set of traces: records, figures and a one-line summary."""
+    fm = fm or failures_module()
+    if fm is None:
+        msg = "The failure analysis (analysis/failures.py) is not part of this build yet."
+        return {"records": [], "summary": msg, "by_kind": message_figure(msg), "by_depth": message_figure(""),
+                "calibration": message_figure("")}
+    if not traces:
+        msg = "No traces to analyse."
+        return {"records": [], "summary": msg, "by_kind": message_figure(msg), "by_depth": message_figure(""),
+                "calibration": message_figure("")}
+    records, nodes = gather(traces, decode, fm)
+    if nodes:
+        by_kind = fm.acceptance_bar(fm.acceptance_by_kind(nodes), "Acceptance rate by token kind")
+        by_depth = fm.acceptance_bar(fm.acceptance_by_depth(nodes), "Acceptance rate by draft depth")
+        calib = fm.calibration_figure(fm.calibration(nodes, bins=10))
+    else:
+        by_kind = message_figure("Nothing was drafted in these traces (plain decoding drafts nothing).")
+        by_depth = calib = message_figure("")
+    summary = (f"{len(traces)} trace(s): {len(nodes)} drafted tokens were tested by the target, "
+               f"{len(records)} of them rejected.")
+    return {"records": records, "summary": summary, "by_kind": by_kind, "by_depth": by_depth,
+            "calibration": calib}
+
+
+def topk_view(records: Sequence[dict], index, decode: Callable | None, fm=None):
+    fm = fm or failures_module()
+    if fm is None or not records:
+        return message_figure("Pick a rejection from the table.")
+    try:
+        i = int(index)
+    except (TypeError, ValueError):
+        return message_figure("Pick a rejection from the table.")
+    match = [r for r in records if r.get("#") == i]
+    if not match:
+        return message_figure(f"No rejection #{i}.")
+    return fm.topk_comparison_figure(match[0], decode)
+
+
+def build(ctx: AppContext) -> None:
+    runtime = ctx.runtime
+    gr.Markdown(EXPLANATION)
+    records_state = gr.State([])
+    with gr.Row():
+        source = gr.Radio(list(SOURCES), value=SOURCES[0], label="Traces", elem_id="fail-source", scale=2)
+        depth = gr.Dropdown([ALL], value=ALL, label="Draft depth", scale=1)
+        kind = gr.Dropdown([ALL], value=ALL, label="Token kind", scale=1)
+        go_btn = gr.Button("Analyse", variant="primary", elem_id="fail-analyse", scale=1)
+    summary = gr.Markdown("Choose the traces and press **Analyse**.", elem_id="fail-summary")
+    with gr.Column(visible=False) as results:
+        table = gr.Dataframe(records_table([]), interactive=False, max_height=320, label="Rejected draft tokens "
+                             "(click a row for the top-10 comparison)", elem_id="fail-table")
+        with gr.Row():
+            pick = gr.Number(None, label="Rejection # (or click a row)", precision=0, minimum=0, scale=3)
+            with gr.Column(scale=1, min_width=160):
+                download = gr.DownloadButton("Download rejections (JSON)", size="sm")
+        topk = gr.Plot(show_label=False, elem_id="fail-topk")
+        with gr.Row():
+            by_kind = gr.Plot(show_label=False, elem_id="fail-kind")
+            by_depth = gr.Plot(show_label=False, elem_id="fail-depth")
+        calib = gr.Plot(show_label=False, elem_id="fail-calibration")
+
+    def nothing(msg: str):
+        return ([], msg, gr.update(visible=False), records_table([]), gr.update(), gr.update(), None, None, None,
+                None, gr.update(value=None), gr.update(value=None))
+
+    @friendly
+    def on_analyse(src, d, k, session, progress=gr.Progress()):
+        if failures_module() is None:
+            return nothing("The failure analysis (analysis/failures.py) is not part of this build yet.")
+        if src == SOURCES[1]:
+            if not committed_trace_files():
+                return nothing("No committed benchmark traces yet (`assets/results/traces/*.jsonl.gz`); "
+                               "analyse your last generation instead.")
+            traces = load_committed_traces()
+            needs_tokenizer = any("token_text" not in t for t in traces)
+        else:
+            traces = last_runs(session)
+            if not traces:
+                return nothing("Generate something in the Generate tab first (or pick the committed benchmark run).")
+            needs_tokenizer = True
+        if needs_tokenizer:
+            runtime.load(progress_reporter(progress))  # token texts need the tokenizer
+        fallback = runtime.decode if runtime.loaded else None
+        res = analyse(traces, fallback)
+        recs = res["records"]
+        depths, kinds = filter_choices(recs)
+        d = d if d in depths else ALL
+        k = k if k in kinds else ALL
+        shown = filter_records(recs, d, k)
+        first = shown[0]["#"] if shown else None
+        path = write_json_download(shown, "speclens-rejections") if shown else None
+        top = topk_view(recs, first, trace_decoder(traces[recs[first]["trace"]], fallback) if shown else fallback)
+        return (recs, f"{res['summary']} Showing {len(shown)} after the filters.", gr.update(visible=True),
+                records_table(shown), gr.update(choices=depths, value=d), gr.update(choices=kinds, value=k),
+                res["by_kind"], res["by_depth"], res["calibration"], top, gr.update(value=path),
+                gr.update(value=first))
+
+    outputs = [records_state, summary, results, table, depth, kind, by_kind, by_depth, calib, topk, download, pick]
+    go_btn.click(on_analyse, [source, depth, kind, ctx.session], outputs, api_visibility="private")
+
+    @friendly
+    def on_filter(recs, d, k):
+        shown = filter_records(recs, d, k)
+        return records_table(shown), f"Showing {len(shown)} of {len(recs)} rejections after the filters."
+
+    depth.input(on_filter, [records_state, depth, kind], [table, summary], api_visibility="private")
+    kind.input(on_filter, [records_state, depth, kind], [table, summary], api_visibility="private")
+
+    @friendly
+    def on_pick(recs, i, src, session):
+        if not recs or i is None:
+            return gr.update()
+        traces = load_committed_traces() if src == SOURCES[1] else last_runs(session)
+        fallback = runtime.decode if runtime.loaded else None
+        match = [r for r in recs if r.get("#") == int(i)]
+        dec = trace_decoder(traces[match[0]["trace"]], fallback) if match and match[0]["trace"] < len(traces) \
+            else fallback
+        return topk_view(recs, i, dec)
+
+    def on_select(df: pd.DataFrame, evt: gr.SelectData):
+        try:
+            return int(df.iloc[evt.index[0]]["#"])
+        except (TypeError, ValueError, IndexError, KeyError):
+            return gr.update()
+
+    table.select(on_select, [table], [pick], api_visibility="private")
+    pick.change(on_pick, [records_state, pick, source, ctx.session], [topk], api_visibility="private")

@@ -1,0 +1,206 @@
+"""Tab 1, Generate: chat with the target through any method and watch tokens arrive, coloured by how they came."""
+
+from __future__ import annotations
+
+import html
+import time
+
+import gradio as gr
+
+from demo.common import AppContext, friendly, progress_reporter, write_json_download
+from demo.render import (
+    compare_html,
+    generation_stats,
+    legend_html,
+    lossless_note,
+    stats_html,
+    tokens_html,
+)
+from demo.runtime import TLI_CHOICES, UNTRAINED_NOTE, Runtime, UserError, trace_for_download
+
+TITLE = "Generate"
+EXPLANATION = """\
+**What you see.** Speculative decoding lets a small, cheap *drafter* guess several next tokens; the big
+*target* model then checks all guesses in **one** forward pass and keeps the longest run it agrees with,
+plus one token of its own (the *bonus* or correction token). The output is exactly what the target would
+have written alone (greedy decoding), only faster when the guesses are good. Below, every token is
+coloured by how it came: **green** tokens were guessed by the drafter and accepted (darker = deeper in
+the guess), **peach** tokens the target produced itself. **tau** is the number of tokens gained per target
+pass (plain decoding: 1.0); the speedup compares tokens per second with plain decoding on this machine.
+Hover a token to see its step, depth and probabilities. *Compare mode* runs plain decoding and two methods
+on the same prompt so you can check that the text is identical.
+"""
+MAX_MESSAGE_CHARS = 6000
+STREAM_EVERY_S = 0.08  # at most ~12 UI updates a second while streaming
+
+
+def chat_view(conversation: list[dict], partial: str | None = None) -> list[dict]:
+    """Messages for gr.Chatbot; `partial` is the assistant answer being written."""
+    msgs = [{"role": m["role"], "content": m["content"]} for m in conversation]
+    if partial is not None:
+        msgs.append({"role": "assistant", "content": partial or "…"})
+    return msgs
+
+
+def note_html(runtime: Runtime, method: str, tli: int | None, note: str | None = None) -> str:
+    """The drafter note shown next to the method picker (untrained drafters say so plainly)."""
+    text = note if note is not None else runtime.note_for(method, tli)
+    if not text:
+        return ""
+    if text.startswith(UNTRAINED_NOTE):
+        return f'<div class="untrained-note">⚠ {html.escape(text)}</div>'
+    return f'<div class="stat-note">{html.escape(text)}</div>'
+
+
+def plain_speed(session: dict, runtime: Runtime) -> tuple[float | None, str]:
+    if session.get("plain_tps"):
+        return session["plain_tps"], "your last plain run in this session"
+    return runtime.plain_tps, runtime.plain_source
+
+
+def check_message(message: str | None) -> str:
+    message = (message or "").strip()
+    if not message:
+        raise UserError("Type a message first.")
+    if len(message) > MAX_MESSAGE_CHARS:
+        raise UserError(f"The message is {len(message)} characters long; the limit is {MAX_MESSAGE_CHARS}.")
+    return message
+
+
+def run_column(run: dict, plain: dict | None = None) -> dict:
+    untrained = (run.get("note") or "").startswith(UNTRAINED_NOTE)
+    col = {"title": run["label"] + (" · untrained drafter" if untrained else ""),
+           "html": tokens_html(run["tokens"], run["pieces"], empty="…"), "stats": run["stats"]}
+    if plain is not None and run.get("done") and plain.get("done"):
+        col["ok"], col["note"] = lossless_note(plain["token_ids"], run["token_ids"], run["greedy"])
+    return col
+
+
+def build(ctx: AppContext) -> None:
+    runtime = ctx.runtime
+    methods = runtime.methods()
+    values = [m for _, m in methods]
+    default = "moa" if "moa" in values else "pld"
+    gr.Markdown(EXPLANATION)
+    with gr.Row():
+        with gr.Column(scale=3):
+            chatbot = gr.Chatbot(label="Conversation (the model's chat template, multi-turn)", height=280,
+                                 show_label=False, elem_id="chatbot",
+                                 placeholder="Chat with the target model: each answer continues the conversation.")
+            with gr.Row():
+                msg = gr.Textbox(placeholder="Ask something, then press Enter or Generate", show_label=False,
+                                 scale=5, max_lines=6, elem_id="prompt-box")
+                send = gr.Button("Generate", variant="primary", scale=1, min_width=90, elem_id="send-btn")
+                stop = gr.Button("Stop", variant="stop", scale=1, min_width=70, elem_id="stop-btn")
+            gr.HTML(legend_html(), elem_id="token-legend")
+            tokens = gr.HTML(tokens_html([], [], empty="Tokens appear here as the target accepts them."),
+                             elem_id="token-stream")
+        with gr.Column(scale=2):
+            method = gr.Dropdown(methods, value=default, label="Method", elem_id="method-picker")
+            tli = gr.Radio(list(TLI_CHOICES), value=1, label="MoA: target layers the drafter runs (TLI N)",
+                           visible=default == "moa", elem_id="tli-picker")
+            temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+            max_new = gr.Slider(1, runtime.max_new_tokens, value=96, step=1, label="Max new tokens",
+                                elem_id="max-new")
+            note = gr.HTML(note_html(runtime, default, 1), elem_id="drafter-note")
+            stats = gr.HTML(stats_html(generation_stats([], 0.0)), elem_id="live-stats")
+            with gr.Row():
+                clear = gr.Button("Clear chat", size="sm")
+                download = gr.DownloadButton("Download trace (JSON)", size="sm", elem_id="download-trace")
+    with gr.Accordion("Compare mode: plain decoding vs two methods on the same prompt", open=False):
+        with gr.Row():
+            cmp_a = gr.Dropdown(methods, value="pld", label="Method A")
+            cmp_b = gr.Dropdown(methods, value=default, label="Method B")
+            cmp_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
+        cmp_out = gr.HTML(elem_id="compare-out")
+
+    def on_method(m, n):
+        return gr.update(visible=m == "moa"), note_html(runtime, m, n if m == "moa" else None)
+
+    method.change(on_method, [method, tli], [tli, note], queue=False, api_visibility="private")
+    tli.change(on_method, [method, tli], [tli, note], queue=False, api_visibility="private")
+
+    @friendly
+    def on_send(message, m, n, temp, max_tokens, session, progress=gr.Progress()):
+        message = check_message(message)
+        runtime.check_method(m)
+        max_tokens = runtime.check_max_new_tokens(max_tokens)
+        runtime.load(progress_reporter(progress))
+        conversation = list(session["conversation"]) + [{"role": "user", "content": message}]
+        ids = runtime.prompt_ids(conversation)
+        plain_tps, source = plain_speed(session, runtime)
+        n = int(n) if m == "moa" else None
+        yield (chat_view(conversation, ""), "", tokens_html([], [], empty="waiting for the first token…"),
+               gr.update(), gr.update(), gr.update(), session)
+        last, run = 0.0, None
+        try:
+            for run in runtime.stream(m, ids, max_tokens, float(temp), n, plain_tps):
+                if run["done"] or time.perf_counter() - last > STREAM_EVERY_S:
+                    last = time.perf_counter()
+                    partial = "".join(run["pieces"])
+                    session["runs"] = [run]
+                    yield (chat_view(conversation, partial), gr.update(), tokens_html(run["tokens"], run["pieces"]),
+                           stats_html(run["stats"], source, running=not run["done"]),
+                           note_html(runtime, m, n, run["note"]), gr.update(), session)
+        finally:  # also runs when the user presses Stop: keep what was written so far
+            if run is not None:
+                text = run["text"] if run["done"] else "".join(run["pieces"])
+                session["conversation"] = conversation + [{"role": "assistant", "content": text}]
+                if not run["done"]:
+                    run["stop_reason"] = "stopped"
+                    run["text"] = text
+        if m == "ar" and run["stats"]["new_tokens"] >= 8:
+            session["plain_tps"] = run["stats"]["tokens_per_s"]
+        path = write_json_download(trace_for_download(run), f"speclens-trace-{m}")
+        yield (chat_view(session["conversation"]), gr.update(), gr.update(), gr.update(), gr.update(),
+               gr.update(value=path), session)
+
+    send_event = send.click(
+        on_send, [msg, method, tli, temperature, max_new, ctx.session],
+        [chatbot, msg, tokens, stats, note, download, ctx.session], api_visibility="private")
+    submit_event = msg.submit(
+        on_send, [msg, method, tli, temperature, max_new, ctx.session],
+        [chatbot, msg, tokens, stats, note, download, ctx.session], api_visibility="private")
+
+    def on_clear(session):
+        session["conversation"] = []
+        return [], tokens_html([], [], empty="Tokens appear here as the target accepts them."), session
+
+    clear.click(on_clear, [ctx.session], [chatbot, tokens, ctx.session], queue=False, api_visibility="private")
+
+    @friendly
+    def on_compare(message, a, b, n, temp, max_tokens, session, progress=gr.Progress()):
+        message = check_message(message)
+        for m in (a, b):
+            runtime.check_method(m)
+        max_tokens = runtime.check_max_new_tokens(max_tokens)
+        runtime.load(progress_reporter(progress))
+        conversation = list(session["conversation"]) + [{"role": "user", "content": message}]
+        ids = runtime.prompt_ids(conversation)
+        runs: list[dict] = []
+        columns: list[dict] = []
+        plain = None
+        for m in ("ar", a, b):
+            mn = int(n) if m == "moa" else None
+            last = 0.0
+            for run in runtime.stream(m, ids, max_tokens, float(temp), mn,
+                                      plain["stats"]["tokens_per_s"] if plain else None):
+                if run["done"] or time.perf_counter() - last > STREAM_EVERY_S:
+                    last = time.perf_counter()
+                    cols = columns + [run_column(run, plain)]
+                    yield compare_html(cols), gr.update(), session
+            if plain is None:
+                plain = run
+                session["plain_tps"] = run["stats"]["tokens_per_s"]
+            runs.append(run)
+            columns.append(run_column(run, plain if m != "ar" or len(runs) > 1 else None))
+        columns[0]["note"] = "reference: plain decoding (one target pass per token)"
+        columns[0]["ok"] = True
+        session["runs"] = runs
+        path = write_json_download([trace_for_download(r) for r in runs], "speclens-compare")
+        yield compare_html(columns), gr.update(value=path), session
+
+    cmp_event = cmp_btn.click(on_compare, [msg, cmp_a, cmp_b, tli, temperature, max_new, ctx.session],
+                              [cmp_out, download, ctx.session], api_visibility="private")
+    stop.click(None, None, None, cancels=[send_event, submit_event, cmp_event], queue=False,
+               api_visibility="private")

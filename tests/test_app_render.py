@@ -1,0 +1,554 @@
+"""The app's pure functions on hand-made traces: token HTML, stats, tree / LSA / TLI / benchmark / failure views.
+
+No model and no server: every tab's logic is a function of JSON-able trace dicts
+(the `StepEvent.to_dict()` form). The last tests build the Blocks and run the
+tiny runtime (SPECLENS_TINY's target) once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+import types
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from demo import render
+from demo.render import (
+    compare_html,
+    default_step,
+    event_tokens,
+    first_difference,
+    generation_stats,
+    legend_html,
+    lossless_note,
+    lsa_bar,
+    lsa_heatmap,
+    lsa_matrices,
+    lsa_received,
+    stats_html,
+    step_choices,
+    token_pieces,
+    tokens_from_events,
+    tokens_html,
+    tree_figure,
+    tree_layout,
+)
+
+VOCAB = {5: "Hello", 6: " world", 7: ",", 8: " my", 9: " dear", 10: "!", 11: " friend", 12: "<b>", 13: "\n"}
+
+
+def decode(ids):
+    return "".join(VOCAB.get(int(i), f"<{int(i)}>") for i in ids)
+
+
+def lsa(n_tokens: int, layers: int = 3, hot: int = 2) -> list:
+    """Attention maps whose rows sum to 1, with every query favouring layer `hot`."""
+    m = np.full((n_tokens, layers, layers), 0.1)
+    m[:, :, hot] = 1.0
+    m = m / m.sum(-1, keepdims=True)
+    return m.round(4).tolist()
+
+
+def hand_trace() -> list[dict]:
+    """Three passes: the prefill, a tree step (2 of 4 accepted + bonus), a plain step."""
+    e0 = {"step": 0, "new_tokens": [5], "accepted": [], "bonus": 5, "draft_time": 0.01, "verify_time": 0.2,
+          "position": 9, "tree": {"tokens": [], "parents": [], "draft_probs": []}, "depths": [],
+          "node_target_prob": [], "row_entropy": [0.4], "row_top": [[[5, 0.9], [6, 0.05]]]}
+    e1 = {"step": 1, "new_tokens": [7, 8, 11], "accepted": [0, 1], "bonus": 11, "draft_time": 0.05,
+          "verify_time": 0.1, "position": 10,
+          "tree": {"tokens": [7, 8, 9, 10], "parents": [-1, 0, 1, -1], "draft_probs": [0.8, 0.6, 0.3, 0.1]},
+          "depths": [1, 2, 3, 1], "node_target_prob": [0.9, 0.7, 0.1, 0.05], "row_entropy": [0.5, 0.6, 1.2, 2.0, 2.1],
+          "row_top": [[[7, 0.9], [10, 0.05]], [[8, 0.7], [9, 0.2]], [[11, 0.6], [9, 0.1]], [], []],
+          "extras": {"lsa_attention": lsa(2), "lsa_tokens": [5, 7]}}
+    e2 = {"step": 2, "new_tokens": [12], "accepted": [], "bonus": 12, "draft_time": 0.02, "verify_time": 0.1,
+          "position": 13, "tree": {"tokens": [13], "parents": [-1], "draft_probs": [0.4]}, "depths": [1],
+          "node_target_prob": [0.2], "row_entropy": [1.0, 1.5], "row_top": [[[12, 0.5], [13, 0.2]], []],
+          "extras": {"lsa_attention": lsa(3), "lsa_tokens": [8, 11, 12]}}
+    return [e0, e1, e2]
+
+
+def hand_run(events=None, method="moa") -> dict:
+    events = events or hand_trace()
+    ids = [t for e in events for t in e["new_tokens"]]
+    return {"method": method, "label": f"{method} run", "note": "", "greedy": True, "events": events,
+            "token_ids": ids, "tokens": tokens_from_events(events), "pieces": token_pieces(ids, decode),
+            "stats": generation_stats(events, 1.0), "done": True, "text": decode(ids), "wall_time": 1.0,
+            "stop_reason": "eos", "prompt_ids": [1, 2]}
+
+
+# ----- tokens -----------------------------------------------------------------------------------------
+
+def test_event_tokens_classify_drafts_and_bonus():
+    infos = tokens_from_events(hand_trace())
+    assert [i["kind"] for i in infos] == ["bonus", "draft", "draft", "bonus", "bonus"]
+    assert [i["depth"] for i in infos] == [0, 1, 2, 0, 0]
+    assert [i["step"] for i in infos] == [0, 1, 1, 1, 2]
+    d2 = infos[2]
+    assert d2["draft_prob"] == pytest.approx(0.6) and d2["target_prob"] == pytest.approx(0.7)
+    assert infos[3]["target_prob"] == pytest.approx(0.6)  # bonus read from the last accepted node's row
+    assert infos[0]["target_prob"] == pytest.approx(0.9)
+
+
+def test_event_tokens_truncated_by_stop_rule():
+    ev = hand_trace()[1]
+    ev = {**ev, "new_tokens": [7]}  # budget ran out after the first accepted token
+    infos = event_tokens(ev)
+    assert len(infos) == 1 and infos[0]["kind"] == "draft" and infos[0]["depth"] == 1
+
+
+def test_tokens_html_spans_classes_and_titles():
+    run = hand_run()
+    out = tokens_html(run["tokens"], run["pieces"])
+    spans = re.findall(r'<span class="([^"]+)"[^>]*title="([^"]+)">([^<]*)</span>', out)
+    assert len(spans) == 5
+    classes = [s[0] for s in spans]
+    assert classes == ["tok tok-bonus", "tok tok-draft d1", "tok tok-draft d2", "tok tok-bonus", "tok tok-bonus"]
+    title = spans[2][1]
+    assert "step 1" in title and "depth 2" in title and "draft p 0.600" in title and "target p 0.700" in title
+    assert "bonus" in spans[3][1]
+    assert spans[4][2] == "&lt;b&gt;"  # token text is escaped, never injected
+    assert "".join(s[2] for s in spans[:4]) == "Hello, my friend"
+
+
+def test_deep_drafts_share_the_last_depth_class():
+    info = {"kind": "draft", "depth": 11, "step": 3, "draft_prob": 0.5, "target_prob": 0.5}
+    assert 'class="tok tok-draft d8"' in render.token_span(info, "x")
+    assert "tok-special" in render.token_span({**info, "kind": "bonus", "depth": 0}, "")  # end-of-turn token
+
+
+def test_legend_lists_every_class():
+    out = legend_html()
+    assert "tok-bonus" in out and all(f"tok-draft d{d}" in out for d in range(1, 9))
+    for d in range(1, 9):
+        assert f".tok-draft.d{d}" in render.CSS
+
+
+def test_token_pieces_decode_in_context():
+    merged = {1: "a", 2: "b", 3: "c"}
+
+    def dec(ids):  # a tokenizer that drops a leading space at the start of a text, like SentencePiece
+        return "".join(merged[i] for i in ids)
+
+    assert token_pieces([1, 2, 3], dec) == ["a", "b", "c"]
+    assert token_pieces([1, 2, 3], dec, start=2) == ["c"]
+    assert "".join(token_pieces([5, 6, 7, 8], decode)) == decode([5, 6, 7, 8])
+
+
+# ----- stats --------------------------------------------------------------------------------------------
+
+def test_generation_stats_and_html():
+    st = generation_stats(hand_trace(), wall_time=0.5, plain_tps=5.0)
+    assert st["new_tokens"] == 5 and st["steps"] == 3
+    assert st["tau"] == pytest.approx(5 / 3)
+    assert st["tokens_per_s"] == pytest.approx(10.0) and st["speedup"] == pytest.approx(2.0)
+    assert st["mean_drafted"] == pytest.approx(2.5)
+    assert st["draft_time"] == pytest.approx(0.08)
+    out = stats_html(st, "reference run")
+    assert "1.67" in out and "2.00x" in out and "reference run" in out
+    assert "n/a" in stats_html(generation_stats(hand_trace(), 0.5))  # no plain speed: no speedup
+    assert "generating" in stats_html(st, running=True)
+
+
+def test_lossless_notes_and_compare_columns():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 9, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+    ok, note = lossless_note([1, 2], [1, 2], greedy=True)
+    assert ok and "✓" in note
+    ok, note = lossless_note([1, 2], [1, 3], greedy=True)
+    assert not ok and "token 1" in note and "bfloat16" in note
+    ok, note = lossless_note([1, 2], [1, 3], greedy=False)
+    assert not ok and "random" in note
+    out = compare_html([{"title": "plain", "html": "<div>x</div>", "stats": generation_stats(hand_trace(), 1.0),
+                         "note": note, "ok": False}, {"title": "moa", "note": "✓ same", "ok": True}])
+    assert out.count('class="cmp-col"') == 2 and "cmp-diff" in out and "cmp-ok" in out
+
+
+# ----- draft tree ---------------------------------------------------------------------------------------
+
+def test_tree_layout_depths_and_leaf_order():
+    x, y = tree_layout([-1, 0, 1, -1])
+    assert x == [0, 1, 2, 3, 1]
+    assert y[3] == 0.0 and y[4] == 1.0  # two leaves in depth-first order
+    assert y[0] == pytest.approx(0.5)  # the root sits between its subtrees
+
+
+def _trace_by_name(fig: go.Figure, name: str):
+    return [t for t in fig.data if t.name == name]
+
+
+def test_tree_figure_marks_accepted_rejected_and_bonus():
+    fig = tree_figure(hand_trace()[1], decode, root_token=5)
+    acc = _trace_by_name(fig, "accepted draft")[0]
+    rej = _trace_by_name(fig, "rejected draft")[0]
+    bonus = _trace_by_name(fig, "target's bonus token")[0]
+    root = _trace_by_name(fig, "root (last verified token)")[0]
+    assert len(acc.x) == 2 and list(acc.x) == [1, 2]
+    assert len(rej.x) == 2 and rej.marker.color == render.REJECTED_GREY
+    assert acc.marker.color == render.ACCEPTED_GREEN
+    assert bonus.marker.symbol == "star"
+    assert "friend" in bonus.text[0] and bonus.x[0] == 3  # hangs off the last accepted node (depth 2)
+    assert root.text[0] == "Hello"
+    assert "target p 0.700" in acc.hovertext[1] and "draft p 0.600" in acc.hovertext[1]
+    assert "2 of 4" in fig.layout.title.text
+    green_edges = [t for t in fig.data if t.mode == "lines" and t.line.color == render.ACCEPTED_GREEN]
+    assert len(green_edges) == 1 and len([v for v in green_edges[0].x if v is not None]) == 4  # two edges
+
+
+def test_tree_figure_of_an_empty_tree_and_step_helpers():
+    fig = tree_figure(hand_trace()[0], decode)
+    assert _trace_by_name(fig, "target's bonus token") and not _trace_by_name(fig, "accepted draft")
+    assert default_step(hand_trace()) == 1
+    assert default_step([hand_trace()[0]]) is None
+    assert step_choices(hand_trace()) == [("step 1: 2/4 accepted", 1), ("step 2: 0/1 accepted", 2)]
+    assert render.show_token("\n") == "↵" and render.show_token(" ") == "␣" and render.show_token("") == "∅"
+
+
+def test_tree_tab_view_and_summary():
+    from demo import tab_tree
+
+    run = hand_run()
+    assert tab_tree.root_token(run, 1) == 5 and tab_tree.root_token(run, 2) == 11
+    fig, md = tab_tree.tree_view(run, 1, decode)
+    assert _trace_by_name(fig, "accepted draft")
+    assert "`,` ` my`" in md and "friend" in md and "3 tokens" in md
+    fig, md = tab_tree.tree_view(None, None, decode)
+    assert "Generate" in fig.layout.annotations[0].text and md == ""
+    fig, _ = tab_tree.tree_view(hand_run([hand_trace()[0]], "ar"), None, decode)
+    assert "drafted nothing" in fig.layout.annotations[0].text
+
+
+# ----- LSA ----------------------------------------------------------------------------------------------
+
+def test_lsa_matrices_heatmap_and_bar():
+    mats, meta = lsa_matrices(hand_trace())
+    assert mats.shape == (5, 3, 3)
+    assert [m["step"] for m in meta] == [1, 1, 2, 2, 2] and meta[1]["token"] == 7
+    np.testing.assert_allclose(mats.sum(-1), 1.0, atol=1e-3)
+    recv = lsa_received(mats.mean(0))
+    assert recv.argmax() == 2 and recv.sum() == pytest.approx(1.0, abs=1e-3)
+    heat = lsa_heatmap(mats[0], "t")
+    assert isinstance(heat.data[0], go.Heatmap) and np.asarray(heat.data[0].z).shape == (3, 3)
+    bar = lsa_bar(recv)
+    assert isinstance(bar.data[0], go.Bar) and len(bar.data[0].y) == 3
+    assert lsa_matrices(hand_trace()[:1]) == (None, [])
+
+
+def test_lsa_matrices_average_heads():
+    ev = {"step": 1, "extras": {"lsa_attention": np.ones((2, 4, 3, 3)).tolist(), "lsa_tokens": [1, 2]}}
+    mats, _ = lsa_matrices([ev])
+    assert mats.shape == (2, 3, 3)
+
+
+def test_lsa_tab_view():
+    from demo import tab_lsa
+
+    run = hand_run()
+    assert tab_lsa.has_lsa(run) and not tab_lsa.has_lsa(hand_run([hand_trace()[0]]))
+    heat, bar, caption = tab_lsa.lsa_view(run, tab_lsa.AVERAGE, decode)
+    assert "averaged over 5" in heat.layout.title.text and "layer 2" in caption
+    heat, _, _ = tab_lsa.lsa_view(run, 1, decode)
+    assert "','" in heat.layout.title.text and "step 1" in heat.layout.title.text
+    choices = tab_lsa.lsa_token_choices(lsa_matrices(run["events"])[1], decode)
+    assert choices[0][1] == tab_lsa.AVERAGE and len(choices) == 6
+    heat, _, _ = tab_lsa.lsa_view(None, None, decode)
+    assert "moa" in heat.layout.annotations[0].text
+
+
+# ----- TLI ----------------------------------------------------------------------------------------------
+
+def test_tli_table_layouts_and_figure(tmp_path):
+    from demo import tab_tli
+
+    assert tab_tli.load_tli_table(tmp_path) == []
+    (tmp_path / "a.json").write_text(json.dumps({"rows": [{"tli": 3, "tau": 2.1, "draft_ms": 9.0, "speedup": 1.1},
+                                                          {"tli": 0, "mean_accepted": 1.5, "speedup": 1.2}]}))
+    (tmp_path / "b.json").write_text(json.dumps([{"N": 1, "tau": 1.9, "draft_time": 0.5, "steps": 100}]))
+    (tmp_path / "bad.json").write_text("{not json")
+    rows = tab_tli.load_tli_table(tmp_path)
+    assert [r["N"] for r in rows] == [0, 1, 3]
+    assert rows[0]["tau"] == 1.5 and rows[1]["draft_ms_per_step"] == pytest.approx(5.0)
+    fig = tab_tli.tli_figure(rows, [{"N": 1, "tau": 1.0, "draft_ms_per_step": 3.0, "speedup": 0.8}])
+    names = {t.name for t in fig.data}
+    assert names == {"committed benchmark", "live runs (this machine)"}
+    assert len(fig.data) == 6
+    assert "| N |" in tab_tli.table_markdown(rows)
+    empty = tab_tli.tli_figure([], [])
+    assert "live" in empty.layout.annotations[0].text
+    plain, moa = hand_run(method="ar"), hand_run()
+    plain["stats"] = {**plain["stats"], "tokens_per_s": 5.0}
+    moa["stats"] = {**moa["stats"], "tokens_per_s": 10.0}
+    row = tab_tli.live_row(plain, moa, 1)
+    assert row["speedup"] == 2.0 and row["N"] == 1 and row["draft_ms_per_step"] == pytest.approx(40.0)
+
+
+# ----- benchmarks ---------------------------------------------------------------------------------------
+
+def test_benchmarks_without_results(tmp_path):
+    from demo import tab_benchmarks
+
+    view = tab_benchmarks.benchmark_view(tmp_path)
+    assert not view["has_results"] and "No committed results yet" in view["markdown"]
+    assert "make bench" in view["markdown"]
+
+
+def test_benchmarks_with_results(tmp_path):
+    from demo import tab_benchmarks
+
+    summary = {"target": "smollm2", "command": "make bench QUESTIONS=80",
+               "methods": {"ar": {"tau": 1.0, "speedup": 1.0}, "moa": {"tau": 2.4, "speedup": 1.6}},
+               "by_category": [{"method": "moa", "category": "coding", "speedup": 1.9, "tau": 2.8},
+                               {"method": "moa", "category": "writing", "speedup": 1.2, "tau": 1.9},
+                               {"method": "eagle2", "category": "coding", "speedup": 1.7, "tau": 2.5}]}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "report.md").write_text("# Report\nMoA wins.")
+    (tmp_path / "fig.png").write_bytes(b"\x89PNG")
+    view = tab_benchmarks.benchmark_view(tmp_path)
+    assert view["has_results"] and "make bench QUESTIONS=80" in view["markdown"]
+    assert "| name | tau | speedup |" in view["markdown"] and "| moa | 2.400 | 1.600 |" in view["markdown"]
+    assert len(view["figures"]) == 2  # speedup and tau by category
+    bars = view["figures"][0].data
+    assert {b.name for b in bars} == {"moa", "eagle2"} and list(bars[0].x) == ["coding", "writing"]
+    assert view["report"].startswith("# Report") and view["images"][0].endswith("fig.png")
+
+
+# ----- draft failures (against a stand-in for analysis.failures with the agreed API) --------------------
+
+def fake_failures_module():
+    m = types.ModuleType("analysis.failures")
+
+    def token_kind(text):
+        return "punct" if text.strip() in {",", "!"} else "word"
+
+    def tested_nodes(trace, decode=None):
+        out = []
+        for e in trace["events"]:
+            parents = e["tree"]["parents"]
+            ok_rows = {-1} | set(e["accepted"])
+            for i, p in enumerate(parents):
+                if p in ok_rows:
+                    out.append({"step": e["step"], "node": i, "depth": e["depths"][i], "accepted": i in e["accepted"],
+                                "draft_prob": e["tree"]["draft_probs"][i], "token": e["tree"]["tokens"][i],
+                                "kind": token_kind(decode([e["tree"]["tokens"][i]])) if decode else None})
+        return out
+
+    def rejections(trace, decode):
+        recs = []
+        for n in tested_nodes(trace):
+            if n["accepted"]:
+                continue
+            e = trace["events"][n["step"]]
+            parent = e["tree"]["parents"][n["node"]]
+            top = e["row_top"][parent + 1]
+            recs.append({"step": n["step"], "depth": n["depth"], "node": n["node"], "draft_token": n["token"],
+                         "draft_text": decode([n["token"]]), "target_token": top[0][0],
+                         "target_text": decode([top[0][0]]), "draft_prob": n["draft_prob"],
+                         "target_prob_of_draft": e["node_target_prob"][n["node"]],
+                         "target_entropy": e["row_entropy"][parent + 1], "kind": token_kind(decode([n["token"]])),
+                         "target_top": top, "draft_top": []})
+        return recs
+
+    def acceptance_by_kind(nodes):
+        assert all(n["kind"] for n in nodes)  # kinds need the decoder passed to tested_nodes
+        return {"word": 0.5}
+
+    def acceptance_by_depth(nodes):
+        return {1: 0.5}
+
+    def calibration(nodes, bins=10):
+        return {"bins": bins, "n": len(nodes)}
+
+    def figure(title):
+        f = go.Figure()
+        f.update_layout(title=title)
+        return f
+
+    m.token_kind = token_kind
+    m.tested_nodes = tested_nodes
+    m.rejections = rejections
+    m.acceptance_by_kind = acceptance_by_kind
+    m.acceptance_by_depth = acceptance_by_depth
+    m.calibration = calibration
+    m.calibration_figure = lambda calib: figure(f"calibration n={calib['n']}")
+    m.acceptance_bar = lambda data, title: figure(title)
+    m.topk_comparison_figure = lambda record, decode: figure(f"top-k {record['draft_text']} vs "
+                                                             f"{record['target_text']}")
+    return m
+
+
+def test_failures_analysis_filters_and_topk(tmp_path):
+    from demo import tab_failures
+
+    fm = fake_failures_module()
+    traces = [hand_run(), hand_run()]
+    res = tab_failures.analyse(traces, decode, fm)
+    recs = res["records"]
+    # step 1: nodes 0, 1 accepted; 2 (child of accepted 1) and 3 (root child) rejected; step 2: node 0 rejected
+    assert len(recs) == 6 and [r["#"] for r in recs] == list(range(6))
+    assert {r["trace"] for r in recs} == {0, 1}
+    assert "10 drafted tokens" in res["summary"] and "6 of them rejected" in res["summary"]
+    assert res["by_kind"].layout.title.text == "Acceptance rate by token kind"
+    assert res["calibration"].layout.title.text == "calibration n=10"
+    deep = tab_failures.filter_records(recs, "3", tab_failures.ALL)
+    assert len(deep) == 2 and all(r["depth"] == 3 for r in deep)
+    punct = tab_failures.filter_records(recs, tab_failures.ALL, "punct")
+    assert [r["draft_text"] for r in punct] == ["!", "!"]
+    depths, kinds = tab_failures.filter_choices(recs)
+    assert depths == ["all", "1", "3"] and kinds == ["all", "punct", "word"]
+    table = tab_failures.records_table(recs)
+    assert list(table.columns) == tab_failures.TABLE_COLUMNS and len(table) == 6
+    fig = tab_failures.topk_view(recs, 0, decode, fm)
+    assert fig.layout.title.text == "top-k  dear vs  friend"
+    assert "No rejection" in tab_failures.topk_view(recs, 99, decode, fm).layout.annotations[0].text
+
+
+def test_failures_without_module_or_traces(tmp_path, monkeypatch):
+    from demo import tab_failures
+
+    monkeypatch.setitem(sys.modules, "analysis.failures", None)  # import fails as if the module were missing
+    assert tab_failures.failures_module() is None
+    res = tab_failures.analyse([hand_run()], decode)
+    assert res["records"] == [] and "not part of this build" in res["summary"]
+    res = tab_failures.analyse([], decode, fake_failures_module())
+    assert "No traces" in res["summary"]
+
+
+def test_committed_traces_are_read_with_their_token_text(tmp_path):
+    from demo import tab_failures
+
+    run = hand_run()
+    line = {"method": "moa", "question_id": 1, "events": run["events"], "token_text": {"9": " DEAR"}}
+    with gzip.open(tmp_path / "moa.jsonl.gz", "wt") as f:
+        f.write(json.dumps(line) + "\n" + json.dumps(line) + "\n")
+    traces = tab_failures.load_committed_traces(tmp_path, limit=1)
+    assert len(traces) == 1 and traces[0]["source_file"] == "moa.jsonl.gz"
+    recs, _ = tab_failures.gather(traces, None, fake_failures_module())
+    assert recs[0]["draft_text"] == " DEAR"  # decoded from the trace's own table, no tokenizer needed
+
+
+# ----- generate tab helpers, the runtime and the Blocks (tiny target) -----------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_runtime():
+    from demo.runtime import Runtime
+
+    return Runtime(tiny=True, reference_tokens=4)
+
+
+def test_generate_tab_helpers(tiny_runtime):
+    from demo import tab_generate
+    from demo.runtime import UserError
+
+    conv = [{"role": "user", "content": "hi"}]
+    assert tab_generate.chat_view(conv, "") == conv + [{"role": "assistant", "content": "…"}]
+    with pytest.raises(UserError, match="Type a message"):
+        tab_generate.check_message("   ")
+    with pytest.raises(UserError, match="limit"):
+        tab_generate.check_message("x" * (tab_generate.MAX_MESSAGE_CHARS + 1))
+    assert "untrained drafter: tau near 1" in tab_generate.note_html(tiny_runtime, "moa", 1)
+    assert tab_generate.note_html(tiny_runtime, "ar", None) == ""
+    plain, spec = hand_run(method="ar"), hand_run()
+    col = tab_generate.run_column(spec, plain)
+    assert col["ok"] and "identical" in col["note"] and "tok-draft d2" in col["html"]
+
+
+def test_runtime_streams_runs_and_checks_limits(tiny_runtime):
+    from demo.runtime import UNTRAINED_NOTE, UserError, method_available, run_summary, trace_for_download
+
+    ids = tiny_runtime.prompt_ids("hello")
+    assert tiny_runtime.plain_tps and tiny_runtime.plain_tps > 0  # the reference run happened on load
+    done_flags, sizes = [], []
+    for run in tiny_runtime.stream("pld", ids, 12):  # one dict, updated in place after every target pass
+        done_flags.append(run["done"])
+        sizes.append(len(run["token_ids"]))
+    assert done_flags[-1] and not any(done_flags[:-1]) and sizes == sorted(sizes) and sizes[-1] <= 12
+    assert len(run["tokens"]) == len(run["pieces"]) == len(run["token_ids"])
+    assert run["stats"]["new_tokens"] == len(run["token_ids"])
+    html_out = tokens_html(run["tokens"], run["pieces"])
+    assert html_out.count("<span") == len(run["token_ids"])
+    sampled = tiny_runtime.generate("pld", ids, 6, temperature=0.8)
+    assert not sampled["greedy"] and 1 <= len(sampled["token_ids"]) <= 6
+    summary = run_summary(run)
+    assert {"text", "token_ids", "mean_accepted", "tokens_per_s"} <= set(summary)
+    json.dumps(trace_for_download(run))
+    if method_available("moa"):
+        moa = tiny_runtime.generate("moa", ids, 6, tli=1)
+        assert moa["note"].startswith(UNTRAINED_NOTE) and moa["tli"] == 1
+        assert any("lsa_attention" in (e.get("extras") or {}) for e in moa["events"])
+    for bad, msg in [(0, "between 1 and"), (10**6, "between 1 and"), ("x", "whole number"), (2.5, "whole number"),
+                     (True, "whole number")]:
+        with pytest.raises(UserError, match=msg):
+            list(tiny_runtime.stream("ar", ids, bad))
+    with pytest.raises(UserError, match="Unknown method"):
+        list(tiny_runtime.stream("nope", ids, 4))
+    with pytest.raises(UserError, match="empty"):
+        tiny_runtime.prompt_ids("  ")
+    with pytest.raises(UserError, match="Clear the chat"):
+        tiny_runtime.prompt_ids("x" * 5000)
+
+
+def test_friendly_errors_hide_tracebacks():
+    import gradio as gr
+
+    from demo.common import friendly
+    from demo.runtime import UserError
+
+    @friendly
+    def user_problem():
+        raise UserError("Type a message first.")
+
+    @friendly
+    def bug():
+        raise KeyError("oops")
+
+    @friendly
+    def gen_bug():
+        yield 1
+        raise RuntimeError("deep\ninside")
+
+    with pytest.raises(gr.Error, match="Type a message first"):
+        user_problem()
+    with pytest.raises(gr.Error) as info:
+        bug()
+    assert "KeyError" in str(info.value) and "Traceback" not in str(info.value)
+    g = gen_bug()
+    assert next(g) == 1
+    with pytest.raises(gr.Error, match="RuntimeError: deep") as info:
+        next(g)
+    assert "inside" not in str(info.value)
+
+
+def test_app_builds_every_tab_and_skips_missing_ones(tiny_runtime):
+    import app
+
+    mods = app.tab_modules(("demo.tab_generate", "demo.tab_does_not_exist", "demo.tab_benchmarks"))
+    assert [m.__name__ for m in mods] == ["demo.tab_generate", "demo.tab_benchmarks"]
+    demo = app.build_app(tiny_runtime)
+    labels = [b.label for b in demo.blocks.values() if b.get_block_name() == "tabitem"]
+    expected = ["Generate", "Draft tree", "LSA attention", "TLI trade-off", "Draft failures", "Benchmarks"]
+    assert [lbl for lbl in labels if lbl in expected] == expected
+    api_names = [d.api_name for d in demo.fns.values() if d.api_visibility == "public"]
+    assert api_names == ["generate"]
+    for mod in app.tab_modules():
+        assert mod.TITLE and callable(mod.build)
+        if mod.__name__ != "demo.tab_client_server":
+            assert len(getattr(mod, "EXPLANATION", "")) > 200  # every tab explains itself
+
+
+def test_failures_tab_with_the_real_analysis_module():
+    fm = pytest.importorskip("analysis.failures")
+    from demo import tab_failures
+
+    res = tab_failures.analyse([hand_run()], decode, fm)
+    recs = res["records"]
+    assert [(r["step"], r["depth"], r["draft_text"]) for r in recs] == [(1, 3, " dear"), (1, 1, "!"), (2, 1, "\n")]
+    assert recs[0]["target_text"] == " friend"
+    assert all(isinstance(f, go.Figure) for f in (res["by_kind"], res["by_depth"], res["calibration"]))
+    kinds = [str(x) for x in res["by_kind"].data[0].x]
+    assert "None" not in kinds  # token kinds were labelled with the decoder
+    assert isinstance(tab_failures.topk_view(recs, 0, decode, fm), go.Figure)

@@ -1,0 +1,161 @@
+"""End-to-end benchmark on a tiny random target: every file written, with the right fields."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from analysis import bench, failures
+from analysis.report import readme_table
+from analysis.traces import read_traces
+from core.drafters.base import Autoregressive, Drafter
+from core.drafters.pld import PromptLookupDrafter
+from core.target import tiny_target
+from core.tree import DraftTree
+
+QUESTIONS = [
+    {"question_id": 1, "category": "writing", "turns": ["abcabcabc", "again abc"]},
+    {"question_id": 2, "category": "qa", "turns": ["hello hello hello"]},
+    {"question_id": 3, "category": "qa", "turns": ["xyz xyz"], "reference": ["ignored"]},
+]
+
+
+def chat_ids(messages):
+    """Characters -> ids (2..63) for a target without a tokenizer; assistant answers are id strings."""
+    ids = []
+    for m in messages:
+        ids += [2 + ord(c) % 62 for c in m["content"]] + [0]
+    return ids
+
+
+def decode(ids):
+    return " ".join(map(str, ids))
+
+
+class OracleDrafter(Drafter):
+    """Drafts the target's own greedy chain of 3 plus a wrong sibling at depth 1: known acceptances."""
+
+    name = "oracle"
+
+    def draft(self, root):
+        ids = self.context + [root]
+        chain = []
+        for _ in range(3):
+            chain.append(int(self.target.forward(torch.tensor(ids + chain)).logits[0, -1].argmax()))
+        wrong = (chain[0] + 1) % self.target.vocab_size
+        return DraftTree(torch.tensor(chain + [wrong]), torch.tensor([-1, 0, 1, -1]),
+                         torch.tensor([0.9, 0.8, 0.7, 0.1]))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: extra threads only add contention on a shared CPU
+    try:
+        target = tiny_target()
+        out = tmp_path_factory.mktemp("bench")
+        drafters = {"ar": Autoregressive(), "pld": PromptLookupDrafter(), "oracle": OracleDrafter()}
+        summary = bench.run_benchmark(target, drafters, QUESTIONS, out, max_new_tokens=12, chat_ids=chat_ids,
+                                      decode=decode, progress=False, meta={"command": "test"})
+    finally:
+        torch.set_num_threads(threads)
+    return out, summary
+
+
+def test_answer_files(run):
+    out, _ = run
+    for method in ("ar", "pld", "oracle"):
+        lines = [json.loads(x) for x in (out / f"{method}.jsonl").read_text().splitlines()]
+        assert [x["question_id"] for x in lines] == [1, 2, 3]
+        for q, rec in zip(QUESTIONS, lines):
+            assert set(rec) == {"question_id", "category", "answer_id", "model_id", "tstamp", "choices"}
+            assert rec["category"] == q["category"] and rec["model_id"].endswith(f"-{method}")
+            (c,) = rec["choices"]
+            assert set(c) == {"index", "turns", "decoding_steps", "new_tokens", "wall_time", "accept_lengths"}
+            n = len(q["turns"])
+            assert len(c["turns"]) == len(c["decoding_steps"]) == len(c["new_tokens"]) == len(c["wall_time"]) == n
+            assert sum(c["accept_lengths"]) == sum(c["new_tokens"])
+            assert len(c["accept_lengths"]) == sum(c["decoding_steps"])
+            assert all(isinstance(t, str) and t for t in c["turns"])
+            if method == "ar":
+                assert c["decoding_steps"] == c["new_tokens"]
+
+
+def test_summary(run):
+    out, summary = run
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert list(summary["methods"]) == ["ar", "pld", "oracle"]
+    assert summary["categories"] == ["writing", "qa"]
+    keys = {"tokens_per_s", "speedup", "tau", "acceptance_by_position", "draft_ms_per_cycle",
+            "verify_ms_per_cycle", "ideal_speedup", "identical_to_ar"}
+    for m in summary["methods"].values():
+        assert keys <= set(m["overall"])
+        assert set(m["by_category"]) == {"writing", "qa"}
+        assert keys <= set(m["by_category"]["qa"])
+    ar = summary["methods"]["ar"]["overall"]
+    assert ar["tau"] == 1.0 and ar["speedup"] == 1.0 and ar["acceptance_by_position"] == []
+    orc = summary["methods"]["oracle"]["overall"]
+    # float32 greedy speculative decoding is lossless, and the oracle's chain is mostly right
+    assert orc["identical_to_ar"] == 1.0 and summary["methods"]["pld"]["overall"]["identical_to_ar"] == 1.0
+    assert orc["tau"] > 1.5
+    assert len(orc["acceptance_by_position"]) == 3 and orc["acceptance_by_position"][0] > 0.5
+    assert orc["turns"] == 4 and orc["questions"] == 3
+    assert summary["config"]["command"] == "test" and summary["config"]["max_new_tokens"] == 12
+    assert summary["command"] == "test"
+    rows = {(r["method"], r["category"]): r for r in summary["table"]}
+    assert len(rows) == 3 * 3 and rows[("oracle", "overall")]["tau"] == orc["tau"]
+    assert rows[("pld", "qa")]["speedup"] == summary["methods"]["pld"]["by_category"]["qa"]["speedup"]
+
+
+def test_traces_and_failure_analysis(run):
+    out, _ = run
+    recs = list(read_traces(out / "traces" / "oracle.jsonl.gz"))
+    assert len(recs) == 4 and {r["turn"] for r in recs} == {0, 1}
+    assert all("token_text" in r and "row_top" in r["events"][1] for r in recs)
+    res = failures.analyze(recs)
+    assert res["tested"] > 0 and res["rejected"] > 0
+    assert sum(v["tested"] for v in res["by_kind"].values()) == res["tested"]
+
+
+def test_report_and_table(run):
+    out, summary = run
+    page = (out / "report.html").read_text()
+    assert "plotly" in page.lower() and "oracle" in page
+    table = readme_table(summary)
+    assert table.count("\n| ") >= 3 and "| oracle |" in table and "writing" in table
+
+
+def test_question_loading(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(json.dumps(q) for q in QUESTIONS) + "\n\n")
+    assert [q["question_id"] for q in bench.load_questions(path)] == [1, 2, 3]
+    assert [q["question_id"] for q in bench.load_questions(path, limit=2)] == [1, 2]
+    assert [q["question_id"] for q in bench.load_questions(path, per_category=1)] == [1, 2]
+    assert [q["question_id"] for q in bench.load_questions(path, categories=["qa"])] == [2, 3]
+    path.write_text('{"question_id": 1, "turns": "not a list"}\n')
+    with pytest.raises(ValueError, match="turns"):
+        bench.load_questions(path)
+
+
+def test_drafter_specs(tmp_path):
+    assert bench.parse_label("moa-tli3") == ("moa", {"tli": 3})
+    assert bench.parse_label("eagle2") == ("eagle2", {})
+    specs = bench.parse_drafter_specs(["random", "moa=/x/moa"])
+    assert specs == {"*": "random", "moa": "/x/moa"}
+    assert bench.resolve_drafter("moa", specs, None) == "/x/moa"
+    assert bench.resolve_drafter("moa-tli1", specs, None) == "/x/moa"
+    assert bench.resolve_drafter("eagle2", specs, None) == "random"
+    assert bench.resolve_drafter("pld", specs, None) is None
+    (tmp_path / "medusa").mkdir()
+    assert bench.resolve_drafter("medusa", {}, str(tmp_path)) == str(tmp_path / "medusa")
+    assert bench.resolve_drafter("amphista", {}, str(tmp_path)) is None
+    with pytest.raises(ValueError):
+        bench.parse_drafter_specs(["moa="])
+
+
+def test_readme_table_cli(run, capsys):
+    out, _ = run
+    assert bench.main(["--readme-table", str(out / "summary.json")]) == 0
+    assert "| pld |" in capsys.readouterr().out

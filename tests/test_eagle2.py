@@ -1,0 +1,230 @@
+"""EAGLE-2 drafter: losslessness, tree masks vs chain evaluation, cache invariants, save/load, training."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from core.decoding import generate
+from core.drafters.base import Autoregressive, Verified
+from core.drafters.checkpoint import DrafterMismatchError, TrainBatch
+from core.drafters.eagle2 import Eagle2Drafter
+from core.target import Target, tiny_target
+from tests.helpers import ALPHA, assert_greedy_lossless, brute_force_tree_logits, sampling_p_value, tiny_prompts
+
+VOCAB = 64
+
+
+# ----- helpers shared with tests/test_moa.py -------------------------------------------------------
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The 2 shared cores are oversubscribed by other jobs; tiny models run far faster on one thread."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@functools.lru_cache(maxsize=1)
+def real_target_f32() -> Target:
+    from core.target import load_target
+
+    return load_target(None, "float32", "cpu")
+
+
+def self_distill_batch(target: Target, needs, prompts: list[list[int]], n_new: int = 32) -> TrainBatch:
+    """The target's own greedy answers to `prompts` (equal lengths), with its activations."""
+    seqs = [p + generate(target, Autoregressive(), p, n_new, stop_tokens=set()).token_ids for p in prompts]
+    ids = torch.tensor(seqs)
+    loss_mask = torch.zeros_like(ids, dtype=torch.float)
+    loss_mask[:, len(prompts[0]):] = 1
+    out = target.forward(ids, hidden_layers=needs.hidden_layers, return_layer_kv=needs.layer_kv)
+    return TrainBatch(ids, loss_mask, torch.ones_like(loss_mask), out.hidden, out.layer_kv, target)
+
+
+def quick_train(drafter, batch: TrainBatch, steps: int = 30, lr: float = 3e-3) -> dict:
+    """Overfit a drafter on a batch so that drafts get accepted (exercises multi-token acceptance)."""
+    drafter.train()
+    opt = torch.optim.Adam(drafter.parameters(), lr=lr)
+    for i in range(steps):
+        loss, metrics = drafter.training_loss(batch, i / steps)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    drafter.eval()
+    return metrics
+
+
+def prefill(target: Target, prompt: list[int], needs) -> Verified:
+    out = target.forward(torch.tensor(prompt), hidden_layers=needs.hidden_layers, return_layer_kv=needs.layer_kv)
+    root = int(out.logits[0, -1].argmax())
+    kv = out.layer_kv[0] if out.layer_kv is not None else None
+    return Verified(list(prompt), root, 0, {k: v[0] for k, v in out.hidden.items()}, kv)
+
+
+def check_target_tree_pass(target: Target, prompt: list[int], root: int, tree) -> None:
+    """The decode loop's tree pass (mask + positions) equals chain-by-chain evaluation."""
+    cache = target.new_cache()
+    target.forward(torch.tensor(prompt), cache=cache)
+    ids = torch.cat([torch.tensor([root]), tree.tokens])
+    positions = len(prompt) + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths()])
+    logits = target.forward(ids, positions, cache, tree_mask=tree.attention_mask()).logits[0]
+    brute = brute_force_tree_logits(target, prompt, root, tree.tokens.tolist(), tree.parents.tolist())
+    assert torch.allclose(logits, brute, atol=1e-4)
+
+
+# ----- fixtures ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny() -> Target:
+    return tiny_target(vocab_size=VOCAB, n_layers=2)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny):
+    prompts = tiny_prompts(VOCAB, n=3, length=8, seed=1)
+    d = Eagle2Drafter.random(tiny, seed=0)
+    metrics = quick_train(d, self_distill_batch(tiny, d.train_needs, prompts))
+    return d, prompts, metrics
+
+
+# ----- tests ---------------------------------------------------------------------------------------
+def test_greedy_lossless_random_and_trained(tiny, trained):
+    prompts = tiny_prompts(VOCAB, n=2, length=8, seed=0)
+    assert_greedy_lossless(tiny, lambda: Eagle2Drafter.random(tiny, seed=1), prompts, 24, stop_tokens=set())
+    d, train_prompts, _ = trained
+    taus = assert_greedy_lossless(tiny, lambda: d, train_prompts, 32, stop_tokens=set())
+    assert min(taus) > 1.5, f"the overfitted drafter should get drafts accepted (tau {taus})"
+
+
+def test_sampling_lossless():
+    target = tiny_target(vocab_size=16, n_layers=2, seed=3)
+    d = Eagle2Drafter.random(target, seed=0, depth=2, top_k=4, total_tokens=8)
+    p = sampling_p_value(target, lambda: d, [5, 9, 2, 7], n_tokens=3, samples=300, seed=0)
+    assert p > ALPHA
+
+
+def test_tree_matches_chain_evaluation(tiny, trained):
+    d, prompts, _ = trained  # trained, so the tree grows deep (a random drafter's stays at depth 2)
+    prompt = prompts[1]
+    pre = prefill(tiny, prompt, d.needs)
+    d.begin(tiny, pre)
+    tree = d.draft(pre.bonus)
+    assert len(tree) == d.config.total_tokens and int(tree.depths().max()) >= 4
+    assert d.cache.length == len(prompt), "draft() must leave only verified entries in the cache"
+    r = len(prompt)
+    with torch.no_grad():
+        for i in range(len(tree)):
+            d.begin(tiny, pre)  # a fresh cache; then run the path one pair at a time, causal mask
+            feat = d._root_feat
+            for depth, node in enumerate(tree.path_to(i)[:-1]):
+                out = d._run(feat[None, None], tree.tokens[node].view(1, 1), torch.tensor([[r + depth]]), None)
+                feat = out[0, -1]
+            prob = torch.softmax(tiny.logits(feat), dim=-1)[tree.tokens[i]]
+            assert torch.allclose(prob, tree.draft_probs[i], rtol=1e-4, atol=1e-6), i
+    check_target_tree_pass(tiny, prompt, pre.bonus, tree)
+
+
+def test_cache_holds_true_features_after_accept(tiny, trained):
+    d, prompts, _ = trained
+    res = generate(tiny, d, prompts[0], 32, stop_tokens=set())
+    assert res.mean_accepted > 1.5
+    n = d.cache.length
+    assert n == len(d.context)
+    keys, values, root_feat = d.cache.keys[0][:, :, :n].clone(), d.cache.values[0][:, :, :n].clone(), d._root_feat
+    with torch.no_grad():
+        d.begin(tiny, verified_context(tiny, d))
+    assert torch.allclose(d.cache.keys[0][:, :, :n], keys, atol=1e-5)
+    assert torch.allclose(d.cache.values[0][:, :, :n], values, atol=1e-5)
+    assert torch.allclose(d._root_feat, root_feat, atol=1e-5)
+
+
+def verified_context(target: Target, d) -> Verified:
+    """The whole verified context as one prefill, with the bonus the drafter is waiting for."""
+    v = prefill(target, d.context, d.needs)
+    return Verified(v.tokens, d._root_token, 0, v.hidden, v.layer_kv)
+
+
+def test_feedback_passes_match_drafting(tiny, trained):
+    """acc@2/acc@3 in training use exactly the computation of drafting at depth 2/3."""
+    d, prompts, _ = trained
+    seq = prompts[0] + generate(tiny, Autoregressive(), prompts[0], 16, stop_tokens=set()).token_ids
+    L = tiny.n_layers
+    with torch.no_grad():
+        hidden = tiny.forward(torch.tensor(seq), hidden_layers=(L,)).hidden[L]
+        tokens = torch.tensor(seq)[None, 1:]
+        out1, kv1, cos, sin = d.teacher_forced(hidden[:, :-1], tokens)
+        out2, out3 = d.feedback_passes(out1, kv1, tokens, cos, sin, 3)
+        for t in (3, 9, 14):
+            d.begin(tiny, Verified(seq[:t], seq[t], 0, {L: hidden[0, :t]}, None))
+            assert torch.allclose(d._root_feat, out1[0, t - 1], atol=1e-5)
+            a = d._run(d._root_feat[None, None], torch.tensor([[seq[t + 1]]]), torch.tensor([[t]]), None)[0, 0]
+            assert torch.allclose(a, out2[0, t], atol=1e-5)
+            b = d._run(a[None, None], torch.tensor([[seq[t + 2]]]), torch.tensor([[t + 1]]), None)[0, 0]
+            assert torch.allclose(b, out3[0, t + 1], atol=1e-5)
+
+
+def test_training_loss(tiny, trained):
+    _, prompts, metrics = trained
+    assert {"loss", "loss_feat", "loss_ce", "acc@1", "acc@2", "acc@3"} <= set(metrics)
+    assert metrics["acc@1"] > 0.8  # overfitted
+    d = Eagle2Drafter.random(tiny, seed=4)
+    batch = self_distill_batch(tiny, d.train_needs, prompts[:2], n_new=12)
+    d.eval()  # no input noise: deterministic
+    a, _ = d.training_loss(batch, 0.0)
+    b, _ = d.training_loss(batch, 0.0)
+    assert torch.equal(a, b) and torch.isfinite(a)
+    d.train()
+    c, _ = d.training_loss(batch, 0.0)
+    assert not torch.equal(a, c)  # noise on the input features
+    c.backward()
+    assert d.fc.weight.grad is not None and d.fc.weight.grad.abs().sum() > 0
+
+
+def test_save_load_roundtrip_bf16(tmp_path):
+    target = tiny_target(vocab_size=VOCAB, n_layers=2, dtype=torch.bfloat16)
+    d = Eagle2Drafter.random(target, seed=5)
+    d.save_pretrained(tmp_path / "eagle2")
+    loaded = Eagle2Drafter.from_pretrained(tmp_path / "eagle2", target)
+    sd, sl = d.state_dict(), loaded.state_dict()
+    assert sd.keys() == sl.keys() and all(torch.equal(sd[k], sl[k]) for k in sd)
+    prompt = tiny_prompts(VOCAB, n=1, length=8, seed=2)[0]
+    a = generate(target, d, prompt, 12, stop_tokens=set())
+    b = generate(target, loaded, prompt, 12, stop_tokens=set())
+    assert a.token_ids == b.token_ids
+    for ea, eb in zip(a.events, b.events):
+        assert torch.equal(ea.tree.tokens, eb.tree.tokens) and torch.equal(ea.tree.parents, eb.tree.parents)
+        assert torch.equal(ea.tree.draft_probs, eb.tree.draft_probs)
+
+
+def test_mismatched_target_raises(tmp_path, tiny):
+    Eagle2Drafter.random(tiny).save_pretrained(tmp_path / "e")
+    other = tiny_target(vocab_size=VOCAB, n_layers=2, seed=1)
+    with pytest.raises(DrafterMismatchError) as err:
+        Eagle2Drafter.from_pretrained(tmp_path / "e", other)
+    assert tiny.source in str(err.value) and other.source in str(err.value)
+
+
+def test_options(tiny):
+    d = Eagle2Drafter.random(tiny, depth=3, top_k=2, total_tokens=5)
+    d.set_options(total_tokens=4)
+    assert (d.config.depth, d.config.top_k, d.config.total_tokens) == (3, 2, 4)
+    with pytest.raises(ValueError, match="tli"):
+        d.set_options(tli=1)
+    with pytest.raises(ValueError, match="depth"):
+        d.set_options(depth=0)
+    with pytest.raises(ValueError, match="tli"):
+        Eagle2Drafter.random(tiny, tli=1)
+
+
+@pytest.mark.real
+def test_real_target_greedy_lossless():
+    import time
+    t0 = time.time()
+    print("THREADS", torch.get_num_threads())
+    target = real_target_f32()
+    print("LOAD", time.time() - t0)
+    prompt = target.chat_ids("Write one sentence about the sea.")
+    make = lambda: Eagle2Drafter.random(target, seed=0, depth=4, top_k=4, total_tokens=12)  # small: f32 is slow
+    assert_greedy_lossless(target, make, [prompt], 24)

@@ -1,0 +1,284 @@
+"""MoA drafter: losslessness, what CA/TLI may see (inference and training), TLI exactness, caches, save/load."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.decoding import generate
+from core.drafters.base import Verified
+from core.drafters.checkpoint import DrafterMismatchError, TrainBatch
+from core.drafters.moa import MoADrafter
+from core.target import Target, decoder_layer, tiny_target
+from tests.helpers import ALPHA, assert_greedy_lossless, sampling_p_value, tiny_prompts
+from tests.test_eagle2 import (  # noqa: F401  (one_thread is an autouse fixture)
+    check_target_tree_pass,
+    one_thread,
+    prefill,
+    quick_train,
+    real_target_f32,
+    self_distill_batch,
+    verified_context,
+)
+
+VOCAB = 64
+N_LAYERS = 4
+SMALL = {"lsa_dim": 16, "lsa_heads": 2}  # LSA width for the tiny target
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Target:
+    return tiny_target(vocab_size=VOCAB, n_layers=N_LAYERS)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny):
+    """tli -> (a drafter overfitted on the target's answers to `prompts`, prompts, last metrics)."""
+    cache = {}
+    prompts = tiny_prompts(VOCAB, n=3, length=8, seed=1)
+
+    def get(tli: int):
+        if tli not in cache:
+            d = MoADrafter.random(tiny, seed=0, tli=tli, **SMALL)
+            metrics = quick_train(d, self_distill_batch(tiny, d.train_needs, prompts), steps=30)
+            cache[tli] = (d, prompts, metrics)
+        return cache[tli]
+
+    return get
+
+
+def batch_for(d: MoADrafter, target: Target, tokens: list[int], start_answer: int) -> TrainBatch:
+    ids = torch.tensor(tokens)[None]
+    out = target.forward(ids, hidden_layers=d.train_needs.hidden_layers, return_layer_kv=True)
+    loss_mask = torch.zeros(ids.shape)
+    loss_mask[:, start_answer:] = 1
+    return TrainBatch(ids, loss_mask, torch.ones(ids.shape), out.hidden, out.layer_kv, target)
+
+
+# ----- losslessness --------------------------------------------------------------------------------
+@pytest.mark.parametrize("tli", [0, 1, 3])
+def test_greedy_lossless(tiny, trained, tli):
+    prompts = tiny_prompts(VOCAB, n=2, length=8, seed=0)
+    assert_greedy_lossless(tiny, lambda: MoADrafter.random(tiny, seed=1, tli=tli, **SMALL), prompts, 24,
+                           stop_tokens=set())
+    d, train_prompts, _ = trained(tli)
+    taus = assert_greedy_lossless(tiny, lambda: d, train_prompts, 32, stop_tokens=set())
+    assert min(taus) > 1.5, f"the overfitted drafter should get drafts accepted (tau {taus})"
+
+
+@pytest.mark.parametrize("tli", [0, 1, 3])
+def test_sampling_lossless(tli):
+    target = tiny_target(vocab_size=16, n_layers=N_LAYERS, seed=3)
+    d = MoADrafter.random(target, seed=0, tli=tli, depth=2, top_k=4, total_tokens=8, **SMALL)
+    p = sampling_p_value(target, lambda: d, [5, 9, 2, 7], n_tokens=3, samples=200, seed=tli)
+    assert p > ALPHA
+
+
+# ----- what the drafter may see ----------------------------------------------------------------------
+@pytest.mark.parametrize("tli", [0, 1, 3])
+def test_tree_matches_training_view(tiny, trained, tli):
+    """Every node's draft probability equals the training forward on the chain prompt+root+path, with the
+    target's activations at the root and beyond replaced by noise: inference reads only verified
+    positions, training reads exactly what inference reads, and tree masks/positions equal chains."""
+    d, prompts, _ = trained(tli)
+    prompt = prompts[2]
+    r = len(prompt)
+    pre = prefill(tiny, prompt, d.needs)
+    d.begin(tiny, pre)
+    tree = d.draft(pre.bonus)
+    assert len(tree) == d.config.total_tokens and int(tree.depths().max()) >= 4
+    assert d.sa_cache.length == r and (tli == 0 or d.tli_cache.length == r)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for i in range(len(tree)):
+            path = tree.path_to(i)[:-1]
+            batch = batch_for(d, tiny, prompt + [pre.bonus] + tree.tokens[path].tolist(), r)
+            batch.layer_kv[:, r:] = torch.randn(batch.layer_kv[:, r:].shape, generator=g) * 5
+            verified = torch.zeros(batch.input_ids.shape, dtype=torch.bool)
+            verified[:, :r] = True
+            _, final = d.train_forward(batch, d.last_verified(batch, verified=verified), progress=1.0)
+            prob = torch.softmax(tiny.logits(final[0, -1]), dim=-1)[tree.tokens[i]]
+            assert torch.allclose(prob, tree.draft_probs[i], rtol=1e-4, atol=1e-6), (i, len(path))
+    check_target_tree_pass(tiny, prompt, pre.bonus, tree)
+
+
+def test_training_never_reads_past_the_last_verified_position(tiny):
+    d = MoADrafter.random(tiny, seed=2, tli=3, **SMALL)
+    tokens = tiny_prompts(VOCAB, n=1, length=30, seed=3)[0]
+    batch = batch_for(d, tiny, tokens, 4)
+    last = d.last_verified(batch, period=torch.tensor([5]))
+    assert last[0, :17].tolist() == [-1, 0, 1, 2, 3, 3, 5, 5, 5, 5, 5, 10, 10, 10, 10, 10, 15]
+    v = 10
+    with torch.no_grad():
+        state, final = d.train_forward(batch, last, progress=1.0)
+        batch.layer_kv[:, v + 1:] += torch.randn(batch.layer_kv[:, v + 1:].shape) * 5
+        state2, final2 = d.train_forward(batch, last, progress=1.0)
+    safe = last[0] <= v  # predictions whose view ends at or before v
+    assert safe[: v + 6].all() and not safe[v + 6:].any()
+    assert torch.allclose(final[0, safe], final2[0, safe], atol=1e-6)
+    assert torch.allclose(state[0, safe], state2[0, safe], atol=1e-6)
+    assert not torch.allclose(final[0, ~safe], final2[0, ~safe], atol=1e-3)  # the perturbation does matter
+
+
+def test_staircase_mask(tiny):
+    """At progress 0, SA reads only the current unverified segment; from staircase_until on, everything."""
+    d = MoADrafter.random(tiny, seed=2, tli=0, **SMALL)
+    tokens = tiny_prompts(VOCAB, n=1, length=24, seed=4)[0]
+    batch = batch_for(d, tiny, tokens, 2)
+    last = d.last_verified(batch, period=torch.tensor([8]))
+    j = 20  # segment (16, 20]: tokens at positions <= 16 are outside it
+    changed = TrainBatch(batch.input_ids.clone(), batch.loss_mask, batch.attention_mask, batch.hidden,
+                         batch.layer_kv, tiny)
+    changed.input_ids[0, :17] = (changed.input_ids[0, :17] + 1) % VOCAB
+    with torch.no_grad():
+        for progress, same in ((0.0, True), (0.5, False), (1.0, False)):
+            a, _ = d.train_forward(batch, last, progress)
+            b, _ = d.train_forward(changed, last, progress)
+            assert torch.allclose(a[0, j], b[0, j], atol=1e-6) == same, progress
+
+
+@pytest.mark.parametrize("tli", [1, 3])
+def test_tli_equals_running_the_target_layers(tiny, trained, tli):
+    """Each drafted node's final feature = the target's last N layers run directly on
+    [true states of the verified tokens, predicted states of the root and the node's ancestors, its own]."""
+    d, prompts, _ = trained(tli)
+    prompt = prompts[0]
+    r, big_l = len(prompt), tiny.n_layers
+    pre = prefill(tiny, prompt, d.needs)
+    d.begin(tiny, pre)
+    calls = []
+    run_tli = d._tli
+
+    def record(state, positions, mask):
+        out = run_tli(state, positions, mask)
+        calls.append((state[0], positions[0], mask, out[0]))
+        return out
+
+    d._tli = record
+    try:
+        d.draft(pre.bonus)
+    finally:
+        del d._tli
+    true_states = tiny.forward(torch.tensor(prompt), hidden_layers=(big_l - tli,)).hidden[big_l - tli][0]
+    region_states = torch.cat([c[0] for c in calls])
+    region_pos = torch.cat([c[1] for c in calls])
+    offset = 0
+    with torch.no_grad():
+        for state, _pos, mask, out in calls:
+            for row in range(state.shape[0]):
+                seen = [0] if mask is None else mask[0, 0, row, r:].nonzero().flatten().tolist()
+                assert seen[-1] == offset + row
+                x = torch.cat([true_states, region_states[seen]])[None]
+                pos = torch.cat([torch.arange(r), region_pos[seen]])[None]
+                cos, sin = tiny.rope(pos)
+                for layer in tiny.layers[big_l - tli:]:
+                    x, _ = decoder_layer(layer, x, cos, sin, None, None, 0, tiny.head_dim)
+                assert torch.allclose(x[0, -1], out[row], atol=1e-4)
+            offset += state.shape[0]
+    assert offset == 1 + (d.config.depth - 1) * d.config.top_k
+
+
+def test_caches_hold_exactly_the_verified_tokens(tiny, trained):
+    d, prompts, _ = trained(3)
+    res = generate(tiny, d, prompts[1], 32, stop_tokens=set())
+    assert res.mean_accepted > 1.5
+    n = len(d.context)
+    caches = {"sa": d.sa_cache, "ca": d.ca_cache, "tli": d.tli_cache}
+    assert all(c.length == n for c in caches.values())
+    before = {k: ([t[:, :, :n].clone() for t in c.keys], [t[:, :, :n].clone() for t in c.values])
+              for k, c in caches.items()}
+    with torch.no_grad():
+        d.begin(tiny, verified_context(tiny, d))
+    after = {"sa": d.sa_cache, "ca": d.ca_cache, "tli": d.tli_cache}
+    for k, (keys, values) in before.items():
+        for i in range(len(keys)):
+            assert torch.allclose(after[k].keys[i][:, :, :n], keys[i], atol=1e-5), k
+            assert torch.allclose(after[k].values[i][:, :, :n], values[i], atol=1e-5), k
+
+
+def test_lsa_attention_extras(tiny):
+    d = MoADrafter.random(tiny, seed=0, tli=1, **SMALL)
+    prompt = tiny_prompts(VOCAB, n=1, length=7, seed=6)[0]
+    res = generate(tiny, d, prompt, 8, stop_tokens=set())
+    first = res.events[1].tree.extras
+    assert first["lsa_attention"].shape == (7, N_LAYERS, N_LAYERS)
+    assert first["lsa_tokens"].tolist() == prompt
+    assert torch.allclose(first["lsa_attention"].sum(-1), torch.ones(7, N_LAYERS), atol=1e-5)
+    ev = res.events
+    for s in range(1, len(ev) - 1):  # step s verified its root (step s-1's bonus) and its accepted nodes
+        verified = [ev[s - 1].bonus] + [int(ev[s].tree.tokens[a]) for a in ev[s].accepted]
+        assert ev[s + 1].extras["lsa_tokens"].tolist() == verified
+        assert ev[s + 1].extras["lsa_attention"].shape == (len(verified), N_LAYERS, N_LAYERS)
+    assert "lsa_attention" in res.events[1].to_dict()["extras"]
+
+
+# ----- training, options, checkpoints ------------------------------------------------------------
+@pytest.mark.parametrize("tli", [0, 3])
+def test_training_loss(tiny, trained, tli):
+    _, prompts, metrics = trained(tli)
+    assert {"loss", "loss_feat", "loss_ce", *(f"acc@{k}" for k in range(1, 7))} <= set(metrics)
+    assert ("loss_state" in metrics) == (tli > 0)
+    d = MoADrafter.random(tiny, seed=4, tli=tli, **SMALL)
+    batch = self_distill_batch(tiny, d.train_needs, prompts[:2], n_new=12)
+    torch.manual_seed(0)
+    loss, _ = d.training_loss(batch, 0.3)
+    assert torch.isfinite(loss)
+    loss.backward()
+    for module in (d.lsa, d.sa, d.ca, d.head):
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters())
+    assert d.train_needs.layer_kv and d.train_needs.hidden_layers == tuple(sorted({N_LAYERS - tli, N_LAYERS}))
+    assert d.needs.hidden_layers == () and d.needs.layer_kv
+
+
+def test_options(tiny):
+    d = MoADrafter.random(tiny, tli=1, **SMALL)
+    d.set_options(tli=1, depth=4, top_k=3, total_tokens=9)
+    assert (d.config.depth, d.config.top_k, d.config.total_tokens) == (4, 3, 9)
+    with pytest.raises(ValueError, match="N=1"):
+        d.set_options(tli=3)
+    with pytest.raises(ValueError, match="tli"):
+        MoADrafter.random(tiny, tli=4)
+    with pytest.raises(ValueError, match="total_tokens"):
+        d.set_options(total_tokens=0)
+
+
+def test_save_load_roundtrip_bf16(tmp_path):
+    target = tiny_target(vocab_size=VOCAB, n_layers=N_LAYERS, dtype=torch.bfloat16)
+    d = MoADrafter.random(target, seed=5, tli=1, **SMALL)
+    d.save_pretrained(tmp_path / "moa")
+    loaded = MoADrafter.from_pretrained(tmp_path / "moa", target)
+    assert loaded.config == d.config
+    sd, sl = d.state_dict(), loaded.state_dict()
+    assert sd.keys() == sl.keys() and all(torch.equal(sd[k], sl[k]) for k in sd)
+    assert not any(k.startswith("target") for k in sd)
+    prompt = tiny_prompts(VOCAB, n=1, length=8, seed=2)[0]
+    a = generate(target, d, prompt, 12, stop_tokens=set())
+    b = generate(target, loaded, prompt, 12, stop_tokens=set())
+    assert a.token_ids == b.token_ids
+    for ea, eb in zip(a.events, b.events):
+        assert torch.equal(ea.tree.tokens, eb.tree.tokens) and torch.equal(ea.tree.parents, eb.tree.parents)
+        assert torch.equal(ea.tree.draft_probs, eb.tree.draft_probs)
+
+
+def test_mismatched_target_raises(tmp_path, tiny):
+    MoADrafter.random(tiny, **SMALL).save_pretrained(tmp_path / "m")
+    other = tiny_target(vocab_size=VOCAB, n_layers=N_LAYERS, seed=1)
+    with pytest.raises(DrafterMismatchError) as err:
+        MoADrafter.from_pretrained(tmp_path / "m", other)
+    assert tiny.source in str(err.value) and other.source in str(err.value)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("tli", [0, 3])
+def test_real_target_greedy_lossless(tli):
+    target = real_target_f32()
+    prompt = target.chat_ids("Write one sentence about the sea.")
+    make = lambda: MoADrafter.random(target, seed=0, tli=tli, depth=4, top_k=4, total_tokens=12)  # f32 is slow
+    assert_greedy_lossless(target, make, [prompt], 24)
+
+
+def test_needs_layer_kv():
+    target = tiny_target(vocab_size=VOCAB, n_layers=N_LAYERS)
+    d = MoADrafter.random(target, **SMALL)
+    with pytest.raises(ValueError, match="layer_kv"):
+        d.begin(target, Verified([3, 4], 5, 0, {}, None))
