@@ -12,10 +12,13 @@ from core.kv_cache import KVCache
 from core.tree import DraftTree
 from tests.helpers import assert_greedy_lossless
 from tests.test_medusa import (
+    check_draft_top,
     check_greedy_lossless,
     check_mismatch_and_corrupt,
     check_roundtrip,
     check_sampling,
+    check_subset_training_loss,
+    check_subset_vocab,
     check_training_loss,
     prefill,
     real_target_f32,
@@ -41,6 +44,22 @@ def test_mismatch_and_corrupt(tmp_path):
 
 def test_training_loss_and_metrics():
     check_training_loss(AmphistaDrafter)
+
+
+def test_subset_vocab(tmp_path):
+    check_subset_vocab(AmphistaDrafter, tmp_path)
+
+
+def test_subset_vocab_training_loss():
+    check_subset_training_loss(AmphistaDrafter)
+
+
+def test_draft_top_extras():
+    target = tiny()
+    drafter = AmphistaDrafter.random(target, seed=0, tree_size=9, tree_depth=3)
+    pre = prefill(target, [1, 2, 3])
+    drafter.begin(target, pre)
+    check_draft_top(drafter, drafter.draft(pre.bonus))
 
 
 class OracleChains(Drafter):

@@ -132,3 +132,33 @@ def test_ties_parents_win():
 def test_bad_settings():
     with pytest.raises(ValueError, match="top_k"):
         build_dynamic_tree(torch.zeros(4), lambda b: torch.zeros(len(b.tokens), 4), top_k=0)
+
+
+def test_reduced_vocabulary_and_draft_top():
+    """Log-prob index i means token token_ids[i]; draft_top rows follow [root, nodes...] order."""
+    vocab = 20
+    token_ids = torch.arange(vocab) * 3 + 1
+
+    def dist(path):  # path of indices
+        g = torch.Generator().manual_seed(hash(path) % (2**31))
+        return torch.log_softmax(torch.randn(vocab, generator=g) * 2.5, dim=-1)
+
+    plain = build_dynamic_tree(dist(()), FakeDrafter(dist), depth=4, top_k=3, total_tokens=10)
+    as_index = lambda path: dist(tuple((t - 1) // 3 for t in path))  # noqa: E731  (the drafter sees token ids)
+    fake = FakeDrafter(as_index)
+    tree = build_dynamic_tree(dist(()), fake, depth=4, top_k=3, total_tokens=10, token_ids=token_ids,
+                              record_top=True)
+    assert torch.equal(tree.tokens, token_ids[plain.tokens]) and torch.equal(tree.parents, plain.parents)
+    assert torch.equal(tree.draft_probs, plain.draft_probs) and "draft_top" not in plain.extras
+    assert all(int(t) % 3 == 1 for b in fake.batches for t in b.tokens)
+    rows = tree.extras["draft_top"]
+    assert len(rows) == len(tree) + 1
+    expanded = set(fake.slot_paths)
+    for row, path in zip(rows, [()] + tree_paths(tree)):
+        if path and path not in expanded:
+            assert row == []
+            continue
+        lp, idx = as_index(path).topk(10)
+        assert [t for t, _ in row] == token_ids[idx].tolist()
+        assert torch.allclose(torch.tensor([p for _, p in row]), lp.exp())
+    assert any(r == [] for r in rows) and sum(r != [] for r in rows) == 1 + len(expanded & set(tree_paths(tree)))

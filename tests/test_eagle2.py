@@ -18,15 +18,6 @@ VOCAB = 64
 
 
 # ----- helpers shared with tests/test_moa.py -------------------------------------------------------
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The 2 shared cores are oversubscribed by other jobs; tiny models run far faster on one thread."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @functools.lru_cache(maxsize=1)
 def real_target_f32() -> Target:
     from core.target import load_target
@@ -73,6 +64,42 @@ def check_target_tree_pass(target: Target, prompt: list[int], root: int, tree) -
     logits = target.forward(ids, positions, cache, tree_mask=tree.attention_mask()).logits[0]
     brute = brute_force_tree_logits(target, prompt, root, tree.tokens.tolist(), tree.parents.tolist())
     assert torch.allclose(logits, brute, atol=1e-4)
+
+
+def check_draft_top(tree, vocab_ids: set[int] | None = None) -> None:
+    """extras["draft_top"]: one row per [root, nodes...]; each node is among its parent's row, same prob."""
+    rows = tree.extras["draft_top"]
+    assert len(rows) == len(tree) + 1 and len(rows[0]) == 10
+    for row in rows:
+        probs = [p for _, p in row]
+        assert probs == sorted(probs, reverse=True) and sum(probs) <= 1 + 1e-5
+        assert vocab_ids is None or all(t in vocab_ids for t, _ in row)
+    for i in range(len(tree)):  # top_k <= 10: every child is in its parent's row
+        row = dict((t, p) for t, p in rows[int(tree.parents[i]) + 1])
+        assert abs(row[int(tree.tokens[i])] - float(tree.draft_probs[i])) < 1e-5
+
+
+def check_subset_drafting(target: Target, make_drafter, prompts: list[list[int]], ids: torch.Tensor,
+                          n_new: int = 24) -> list[float]:
+    """Greedy lossless with a reduced drafting vocabulary, and every drafted token lies in it."""
+    taus = assert_greedy_lossless(target, make_drafter, prompts, n_new, stop_tokens=set())
+    allowed = set(ids.tolist())
+    res = generate(target, make_drafter(), prompts[0], n_new, stop_tokens=set())
+    trees = [e.tree for e in res.events if e.tree is not None and len(e.tree)]
+    assert trees
+    for tree in trees:
+        assert set(tree.tokens.tolist()) <= allowed
+        check_draft_top(tree, allowed)
+    return taus
+
+
+def subset_ids(target: Target, prompts: list[list[int]], size: int) -> torch.Tensor:
+    """The `size` most frequent tokens of the target's greedy answers to `prompts` (filled up to size)."""
+    from core.drafters.draft_vocab import frequent_tokens
+
+    answers = [generate(target, Autoregressive(), p, 32, stop_tokens=set()).token_ids for p in prompts]
+    fill = range(target.vocab_size - 1, -1, -1)  # never-seen ids, so the subset has exactly `size`
+    return frequent_tokens(answers + [list(fill)], size)
 
 
 # ----- fixtures ------------------------------------------------------------------------------------
@@ -198,6 +225,74 @@ def test_save_load_roundtrip_bf16(tmp_path):
         assert torch.equal(ea.tree.draft_probs, eb.tree.draft_probs)
 
 
+def test_draft_top_extras(tiny, trained):
+    d, prompts, _ = trained
+    res = generate(tiny, d, prompts[0], 16, stop_tokens=set())
+    for e in res.events:
+        if e.tree is not None and len(e.tree):
+            check_draft_top(e.tree)
+    d.record_draft_top = False
+    try:
+        d.begin(tiny, prefill(tiny, prompts[0], d.needs))
+        assert "draft_top" not in d.draft(d._root_token).extras
+    finally:
+        d.record_draft_top = True
+
+
+def test_subset_vocab_drafting_and_training(tiny):
+    """32 of the 64 ids: greedy output unchanged, drafts only from the subset, training runs and learns."""
+    prompts = tiny_prompts(VOCAB, n=3, length=8, seed=1)
+    ids = subset_ids(tiny, prompts, 32)
+    d = Eagle2Drafter.random(tiny, seed=1, draft_vocab_size=32)
+    d.vocab.set_ids(ids)
+    check_subset_drafting(tiny, lambda: d, prompts[:1], ids)
+    metrics = quick_train(d, self_distill_batch(tiny, d.train_needs, prompts))
+    assert metrics["acc@1"] > 0.8
+    taus = check_subset_drafting(tiny, lambda: d, prompts, ids, 32)
+    assert min(taus) > 1.5, taus
+
+
+def test_subset_vocab_accuracy_counts_outside_tokens_as_misses(tiny):
+    prompts = tiny_prompts(VOCAB, n=2, length=8, seed=1)
+    d = Eagle2Drafter.random(tiny, seed=1, draft_vocab_size=32)
+    batch = self_distill_batch(tiny, d.train_needs, prompts, n_new=12)
+    answer = set(batch.input_ids[:, 8:].flatten().tolist())
+    outside = [t for t in range(VOCAB) if t not in answer][:32]
+    d.vocab.set_ids(torch.tensor(sorted(outside)))
+    d.eval()
+    with torch.no_grad():
+        _, metrics = d.training_loss(batch, 0.0)
+    assert metrics["acc@1"] == 0.0 and metrics["acc@2"] == 0.0
+
+
+def test_subset_vocab_save_load(tmp_path):
+    target = tiny_target(vocab_size=VOCAB, n_layers=2, dtype=torch.bfloat16)
+    d = Eagle2Drafter.random(target, seed=5, draft_vocab_size=32)
+    d.vocab.set_ids(torch.arange(1, VOCAB, 2))
+    d.save_pretrained(tmp_path / "eagle2")
+    loaded = Eagle2Drafter.from_pretrained(tmp_path / "eagle2", target)
+    assert loaded.config.draft_vocab_size == 32 and torch.equal(loaded.vocab.ids, d.vocab.ids)
+    prompt = tiny_prompts(VOCAB, n=1, length=8, seed=2)[0]
+    a = generate(target, d, prompt, 12, stop_tokens=set())
+    b = generate(target, loaded, prompt, 12, stop_tokens=set())
+    for ea, eb in zip(a.events, b.events):
+        assert torch.equal(ea.tree.tokens, eb.tree.tokens) and torch.equal(ea.tree.draft_probs, eb.tree.draft_probs)
+
+
+def test_subset_vocab_ids_survive_checkpoint_beyond_bf16_precision(tmp_path):
+    """Token ids above 256 are not exact in bfloat16: the ids buffer must not be saved as one."""
+    target = tiny_target(vocab_size=1024, n_layers=1)
+    d = Eagle2Drafter.random(target, draft_vocab_size=4)
+    d.vocab.set_ids(torch.tensor([1, 257, 513, 1023]))
+    d.save_pretrained(tmp_path / "e")
+    assert Eagle2Drafter.from_pretrained(tmp_path / "e", target).vocab.ids.tolist() == [1, 257, 513, 1023]
+
+
+def test_no_offline_drafting():
+    """EAGLE-2 needs fresh target features every cycle: it offers no provisional (offline) API."""
+    assert not hasattr(Eagle2Drafter, "extend_unverified")
+
+
 def test_mismatched_target_raises(tmp_path, tiny):
     Eagle2Drafter.random(tiny).save_pretrained(tmp_path / "e")
     other = tiny_target(vocab_size=VOCAB, n_layers=2, seed=1)
@@ -216,15 +311,13 @@ def test_options(tiny):
         d.set_options(depth=0)
     with pytest.raises(ValueError, match="tli"):
         Eagle2Drafter.random(tiny, tli=1)
+    with pytest.raises(ValueError, match="draft_vocab_size"):
+        Eagle2Drafter.random(tiny, draft_vocab_size=VOCAB + 1)
 
 
 @pytest.mark.real
 def test_real_target_greedy_lossless():
-    import time
-    t0 = time.time()
-    print("THREADS", torch.get_num_threads())
     target = real_target_f32()
-    print("LOAD", time.time() - t0)
     prompt = target.chat_ids("Write one sentence about the sea.")
     make = lambda: Eagle2Drafter.random(target, seed=0, depth=4, top_k=4, total_tokens=12)  # small: f32 is slow
     assert_greedy_lossless(target, make, [prompt], 24)

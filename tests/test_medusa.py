@@ -10,9 +10,10 @@ import functools
 import pytest
 import torch
 
+from core.decoding import generate
 from core.drafters.base import Verified
 from core.drafters.checkpoint import CorruptCheckpointError, DrafterMismatchError, TrainBatch
-from core.drafters.medusa import MedusaDrafter
+from core.drafters.medusa import LOSS_DECAY, MedusaDrafter
 from core.target import Target, load_target, tiny_target
 from tests.helpers import ALPHA, assert_greedy_lossless, sampling_p_value, tiny_prompts
 
@@ -111,6 +112,87 @@ def check_training_loss(cls) -> None:
     assert len(paths) == 7 and drafter.config.tree_paths == [list(p) for p in paths]
 
 
+def subset_drafter(cls, target: Target, ids: torch.Tensor, seed: int = 1):
+    drafter = cls.random(target, seed=seed, draft_vocab_size=ids.numel())
+    drafter.vocab.set_ids(ids)
+    return drafter
+
+
+def check_draft_top(drafter, tree) -> None:
+    """extras["draft_top"]: one row per [root, nodes...]; a row's list is the top-10 of the head that
+    drafts its children (so it starts with those children, in rank order), [] for a leaf."""
+    top = tree.extras["draft_top"]
+    assert len(top) == 1 + len(tree)
+    children = tree.children()
+    for row, cands in enumerate(top):
+        kids = children[row]
+        if not kids:
+            assert cands == []
+            continue
+        assert len(cands) == min(10, drafter.vocab.size)
+        probs = [p for _, p in cands]
+        assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-4
+        assert [cands[k][0] for k in range(len(kids))] == tree.tokens[kids].tolist()
+        assert [cands[k][1] for k in range(len(kids))] == pytest.approx(tree.draft_probs[kids].tolist(), abs=1e-4)
+
+
+def check_subset_vocab(cls, tmp_path) -> None:
+    """draft_vocab_size > 0: drafts come only from the subset, decoding stays lossless, the ids are saved."""
+    target = tiny()
+    ids = torch.arange(1, 64, 2)  # 32 of the 64 tokens
+    drafter = subset_drafter(cls, target, ids)
+    assert drafter.vocab.size == 32 and max(max(p) for p in drafter.tree_paths) < 32
+    assert_greedy_lossless(target, lambda: drafter, tiny_prompts(64, n=2), max_new_tokens=24)
+    out = generate(target, drafter, [5, 9, 11, 2, 30], 24, stop_tokens=set())
+    drafted = torch.cat([e.tree.tokens for e in out.events[1:]])
+    assert drafted.numel() > 0 and torch.isin(drafted, ids).all()
+    for e in out.events[1:]:
+        check_draft_top(drafter, e.tree)
+        assert all(t in set(ids.tolist()) for row in e.extras["draft_top"] for t, _ in row)
+    # ids that bfloat16 cannot represent exactly (> 256) must survive save/load
+    big = tiny(1024, dtype=torch.bfloat16)
+    ids = torch.arange(257, 1024, 23)[:32]
+    drafter = subset_drafter(cls, big, ids, seed=2)
+    drafter.save_pretrained(tmp_path / "subset")
+    loaded = cls.from_pretrained(tmp_path / "subset", big)
+    assert loaded.config.draft_vocab_size == 32 and torch.equal(loaded.vocab.ids, ids)
+    pre = prefill(big, [5, 9, 300, 2, 700])
+    drafter.begin(big, pre)
+    loaded.begin(big, pre)
+    t1, t2 = drafter.draft(pre.bonus), loaded.draft(pre.bonus)
+    assert torch.equal(t1.tokens, t2.tokens) and torch.isin(t2.tokens, ids).all()
+
+
+def check_subset_training_loss(cls) -> None:
+    """Labels outside the subset add no loss but count as misses in acc@i / top{k}@i."""
+    target = tiny()
+    ids = torch.arange(0, 64, 2)
+    drafter = subset_drafter(cls, target, ids, seed=0).train()
+    batch = train_batch(target, length=16)
+    loss, metrics = drafter.training_loss(batch, 0.0)
+    loss.backward()
+    assert torch.isfinite(loss) and loss.item() > 0
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in drafter.parameters())
+    with torch.no_grad():
+        logits = drafter.lm_logits(drafter.train_states(batch))  # [B, T', K, 32]
+    total = 0.0
+    for i in range(drafter.config.num_heads):
+        s = 2 + i
+        n = min(logits.shape[1], batch.input_ids.shape[1] - s)
+        valid = batch.loss_mask[:, s:s + n] > 0
+        lg, y = logits[:, :n, i][valid], batch.input_ids[:, s:s + n][valid]
+        idx = drafter.vocab.to_index(y)
+        inside = idx >= 0
+        assert 0 < inside.sum() < y.numel()  # the batch has labels on both sides
+        ce = torch.nn.functional.cross_entropy(lg[inside], idx[inside])
+        assert metrics[f"ce@{i + 1}"] == pytest.approx(ce.item(), rel=1e-4)
+        pred = drafter.vocab.to_token_ids(lg.argmax(-1))
+        assert metrics[f"acc@{i + 1}"] == pytest.approx((pred == y).float().mean().item())
+        assert metrics[f"top10@{i + 1}"] <= inside.float().mean().item() + 1e-6  # misses outside the subset
+        total += LOSS_DECAY**i * ce.item()
+    assert loss.item() == pytest.approx(total, rel=1e-4)
+
+
 # ----- Medusa ------------------------------------------------------------------------------------
 def test_greedy_lossless():
     check_greedy_lossless(MedusaDrafter)
@@ -130,6 +212,29 @@ def test_mismatch_and_corrupt(tmp_path):
 
 def test_training_loss_and_metrics():
     check_training_loss(MedusaDrafter)
+
+
+def test_subset_vocab(tmp_path):
+    check_subset_vocab(MedusaDrafter, tmp_path)
+
+
+def test_subset_vocab_training_loss():
+    check_subset_training_loss(MedusaDrafter)
+
+
+def test_draft_top_extras():
+    target = tiny()
+    drafter = MedusaDrafter.random(target, seed=0)
+    pre = prefill(target, [1, 2, 3])
+    drafter.begin(target, pre)
+    check_draft_top(drafter, drafter.draft(pre.bonus))
+    drafter.set_options(tree_paths=[[0], [1], [0, 0]])
+    tree = drafter.draft(pre.bonus)
+    check_draft_top(drafter, tree)
+    top = tree.extras["draft_top"]
+    assert [len(r) for r in top] == [10, 10, 0, 0]  # root (head 0), node (0,) (head 1), two leaves
+    logits = drafter.head_logits(pre.hidden[target.n_layers][-1])
+    assert [t for t, _ in top[1]] == logits[1].topk(10).indices.tolist()
 
 
 def test_accuracy_metric_is_head_top1_against_shifted_tokens():

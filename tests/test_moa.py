@@ -6,18 +6,20 @@ import pytest
 import torch
 
 from core.decoding import generate
-from core.drafters.base import Verified
+from core.drafters.base import Autoregressive, Verified
 from core.drafters.checkpoint import DrafterMismatchError, TrainBatch
 from core.drafters.moa import MoADrafter
 from core.target import Target, decoder_layer, tiny_target
 from tests.helpers import ALPHA, assert_greedy_lossless, sampling_p_value, tiny_prompts
-from tests.test_eagle2 import (  # noqa: F401  (one_thread is an autouse fixture)
+from tests.test_eagle2 import (
+    check_draft_top,
+    check_subset_drafting,
     check_target_tree_pass,
-    one_thread,
     prefill,
     quick_train,
     real_target_f32,
     self_distill_batch,
+    subset_ids,
     verified_context,
 )
 
@@ -210,6 +212,143 @@ def test_lsa_attention_extras(tiny):
         assert ev[s + 1].extras["lsa_tokens"].tolist() == verified
         assert ev[s + 1].extras["lsa_attention"].shape == (len(verified), N_LAYERS, N_LAYERS)
     assert "lsa_attention" in res.events[1].to_dict()["extras"]
+
+
+# ----- offline drafting (client-server) ----------------------------------------------------------
+def greedy_chain(tree) -> list[int]:
+    """The tree path that always follows the most probable child."""
+    chain, node, kids = [], -1, tree.children()
+    while kids[node + 1]:
+        node = max(kids[node + 1], key=lambda c: float(tree.draft_probs[c]))
+        chain.append(int(tree.tokens[node]))
+    return chain
+
+
+@pytest.mark.parametrize("tli", [0, 1])
+def test_offline_drafting_matches_training_view(tiny, trained, tli):
+    """After extend_unverified, each node's probability equals the training forward on prompt + root +
+    provisional tokens + path with only the prompt verified; rollback restores the verified state."""
+    d, prompts, _ = trained(tli)
+    prompt = prompts[2]
+    r = len(prompt)
+    pre = prefill(tiny, prompt, d.needs)
+    d.begin(tiny, pre)
+    fresh = d.draft(pre.bonus)
+    prov = tiny_prompts(VOCAB, n=1, length=3, seed=7)[0]
+    d.extend_unverified(prov[:2])
+    d.extend_unverified(prov[2:])
+    assert d.n_unverified == 3 and d.sa_cache.length == r + 3 and d.ca_cache.length == r
+    assert tli == 0 or d.tli_cache.length == r + 3
+    with pytest.raises(RuntimeError, match="root"):
+        d.draft(pre.bonus)
+    tree = d.draft(prov[-1])
+    assert d.sa_cache.length == r + 3
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for i in range(0, len(tree), 3):
+            path = tree.path_to(i)[:-1]
+            batch = batch_for(d, tiny, prompt + [pre.bonus] + prov + tree.tokens[path].tolist(), r)
+            batch.layer_kv[:, r:] = torch.randn(batch.layer_kv[:, r:].shape, generator=g) * 5
+            verified = torch.zeros(batch.input_ids.shape, dtype=torch.bool)
+            verified[:, :r] = True
+            _, final = d.train_forward(batch, d.last_verified(batch, verified=verified), progress=1.0)
+            prob = torch.softmax(tiny.logits(final[0, -1]), dim=-1)[tree.tokens[i]]
+            assert torch.allclose(prob, tree.draft_probs[i], rtol=1e-4, atol=1e-6), (i, len(path))
+    d.rollback_unverified()
+    assert d.n_unverified == 0 and d.sa_cache.length == r and (tli == 0 or d.tli_cache.length == r)
+    again = d.draft(pre.bonus)
+    assert torch.equal(again.tokens, fresh.tokens) and torch.allclose(again.draft_probs, fresh.draft_probs)
+
+
+@pytest.mark.parametrize("tli", [0, 3])
+def test_offline_phases_reconciled_equal_plain_greedy(tiny, trained, tli):
+    """Greedy decoding where every cycle drafts offline (two provisional chains), then the 'server'
+    verifies them: the output equals plain greedy, and the drafter ends in the same state as one that
+    never went offline. Odd cycles roll back explicitly; even ones let accept() discard the provisional state."""
+    d, prompts, _ = trained(tli)
+    prompt = prompts[1]
+    plain = generate(tiny, Autoregressive(), prompt, 48, stop_tokens=set()).token_ids
+    pre = prefill(tiny, prompt, d.needs)
+    d.begin(tiny, pre)
+    context, root, n_accepted = list(prompt), pre.bonus, 0
+    for cycle in range(40):
+        if len(context) - len(prompt) + 1 >= 40:
+            break
+        prov, cur = [], root
+        for _ in range(2):
+            chain = greedy_chain(d.draft(cur))
+            d.extend_unverified(chain)
+            prov, cur = prov + chain, chain[-1]
+        assert d.n_unverified == len(prov)
+        r = len(context)
+        with torch.no_grad():
+            out = tiny.forward(torch.tensor(context + [root] + prov), return_layer_kv=True)
+        greedy = out.logits[0, r:].argmax(-1).tolist()  # the target's token after root, after each of prov
+        k = 0
+        while k < len(prov) and prov[k] == greedy[k]:
+            k += 1
+        n_accepted += k
+        if cycle % 2:
+            d.rollback_unverified()
+            assert d.n_unverified == 0
+        d.accept(Verified([root] + prov[:k], greedy[k], r, {}, out.layer_kv[0, r: r + k + 1]))
+        assert d.n_unverified == 0
+        context += [root] + prov[:k]
+        root = greedy[k]
+    generated = context[len(prompt):] + [root]
+    assert generated == plain[: len(generated)] and len(generated) >= 40
+    assert n_accepted >= 10, "the overfitted drafter's offline tokens should often be accepted"
+    n = len(context)
+    names = ("sa_cache", "ca_cache", "tli_cache") if tli else ("sa_cache", "ca_cache")
+    assert all(getattr(d, k).length == n for k in names)
+    state = {k: [t[:, :, :n].clone() for t in getattr(d, k).keys + getattr(d, k).values] for k in names}
+    tree = d.draft(root)
+    with torch.no_grad():
+        d.begin(tiny, verified_context(tiny, d))
+    for k in names:
+        c = getattr(d, k)
+        for before, after in zip(state[k], c.keys + c.values):
+            assert torch.allclose(after[:, :, :n], before, atol=1e-5), k
+    never_offline = d.draft(root)
+    assert torch.equal(tree.tokens, never_offline.tokens)
+    assert torch.allclose(tree.draft_probs, never_offline.draft_probs, atol=1e-5)
+
+
+# ----- reduced drafting vocabulary ----------------------------------------------------------------
+@pytest.mark.parametrize("tli", [0, 1])
+def test_subset_vocab_drafting_and_training(tiny, tli):
+    prompts = tiny_prompts(VOCAB, n=2, length=8, seed=1)
+    ids = subset_ids(tiny, prompts, 32)
+    d = MoADrafter.random(tiny, seed=1, tli=tli, draft_vocab_size=32, **SMALL)
+    d.vocab.set_ids(ids)
+    check_subset_drafting(tiny, lambda: d, prompts[:1], ids)
+    batch = self_distill_batch(tiny, d.train_needs, prompts, n_new=12)
+    torch.manual_seed(0)
+    loss, metrics = d.training_loss(batch, 0.3)
+    assert torch.isfinite(loss) and "acc@1" in metrics
+    loss.backward()
+    assert d.head.weight.grad.abs().sum() > 0
+    d.vocab.set_ids(torch.tensor([t for t in range(VOCAB) if t not in set(batch.input_ids[:, 8:].flatten().tolist())]
+                                 [:32]))
+    with torch.no_grad():
+        _, metrics = d.training_loss(batch, 0.3)
+    assert metrics["acc"] == 0.0  # every target token lies outside the drafting vocabulary: all misses
+
+
+def test_subset_vocab_save_load(tmp_path):
+    target = tiny_target(vocab_size=VOCAB, n_layers=N_LAYERS, dtype=torch.bfloat16)
+    d = MoADrafter.random(target, seed=5, tli=1, draft_vocab_size=32, **SMALL)
+    d.vocab.set_ids(torch.arange(1, VOCAB, 2))
+    d.save_pretrained(tmp_path / "moa")
+    loaded = MoADrafter.from_pretrained(tmp_path / "moa", target)
+    assert loaded.config.draft_vocab_size == 32 and torch.equal(loaded.vocab.ids, d.vocab.ids)
+    prompt = tiny_prompts(VOCAB, n=1, length=8, seed=2)[0]
+    a = generate(target, d, prompt, 12, stop_tokens=set())
+    b = generate(target, loaded, prompt, 12, stop_tokens=set())
+    for ea, eb in zip(a.events, b.events):
+        assert torch.equal(ea.tree.tokens, eb.tree.tokens) and torch.equal(ea.tree.draft_probs, eb.tree.draft_probs)
+        if len(ea.tree):
+            check_draft_top(ea.tree, set(range(1, VOCAB, 2)))
 
 
 # ----- training, options, checkpoints ------------------------------------------------------------

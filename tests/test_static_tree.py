@@ -9,6 +9,9 @@ import pytest
 import torch
 
 from core.drafters.static_tree import (
+    CPU_PASS_MS,
+    DEFAULT_TREE_DEPTH,
+    DEFAULT_TREE_SIZE,
     accuracies_from_metrics,
     best_size,
     best_tree,
@@ -16,6 +19,7 @@ from core.drafters.static_tree import (
     check_paths,
     default_tree,
     path_value,
+    prior_accuracy,
     rank_accuracies,
 )
 from core.target import tiny_target
@@ -81,7 +85,9 @@ def test_rank_accuracies_and_metrics():
 
 def test_default_tree_fits_heads_and_vocab():
     t = default_tree(4, 49152)
-    assert 24 <= len(t) <= 32 and max(len(p) for p in t) == 4 and is_tree(t)
+    assert len(t) == DEFAULT_TREE_SIZE and max(len(p) for p in t) == 4 and is_tree(t)
+    # the default size is the one best_size picks for the prior with this CPU's pass-cost table
+    assert best_size(prior_accuracy(4), DEFAULT_TREE_DEPTH, pass_ms=CPU_PASS_MS) == DEFAULT_TREE_SIZE
     small = default_tree(2, 5)
     assert is_tree(small) and max(len(p) for p in small) <= 2 and max(max(p) for p in small) < 5
     assert best_size([[0.6, 0.1], [0.5, 0.1]], 2, pass_ms={1: 10.0, 64: 10.0}) == 6  # free passes: take all

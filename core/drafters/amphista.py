@@ -23,7 +23,8 @@ Amphista was published without code; this is our reading of the paper.
   full (bidirectional) mask over the K head positions, a learnable position
   embedding added to the head states and no rotary rotation (cos = 1,
   sin = 0). All K positions come out of one pass; the LM head is the target's
-  frozen final norm + LM head, shared (as in our Medusa).
+  frozen final norm + LM head, shared (as in our Medusa), optionally restricted
+  to `draft_vocab_size` frequent tokens (core/drafters/draft_vocab.py).
 * Initialisation (our choice): fuse = [I | 0], and every residual branch's
   output projection (o_proj, down_proj, the heads' W and b) zero, so a fresh
   Amphista is exactly a fresh Medusa (every head proposes the root's own
@@ -54,6 +55,7 @@ class AmphistaConfig(DrafterConfig):
     num_heads: int = 4
     num_layers_per_head: int = 1
     stage1_heads: int = -1  # heads that read stage 1; -1 = num_heads // 2
+    draft_vocab_size: int = 0  # heads project onto this many frequent tokens (draft_vocab.py); 0 = all
     tree_paths: list[list[int]] = field(default_factory=list)  # empty = static_tree.default_tree
     tree_accuracy: list[list[float]] = field(default_factory=list)  # measured per-rank accuracy per head
 
@@ -93,7 +95,7 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         self.head_pos = torch.nn.Parameter(torch.zeros(k, h))
         self.auto_embedding = _llama_layer(target, 2)
         self.needs = TargetNeeds(hidden_layers=(config.n_target_layers,))
-        self._init_tree()
+        self._init_vocab_and_tree(target)
         self.cache: KVCache | None = None
         self.stage_out: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -145,10 +147,6 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         y, _ = decoder_layer(self.auto_embedding, x, cos, sin, full, None, 0, self.head_dim)
         return y.reshape(*lead, k, h)
 
-    def lm_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """The target's final norm + LM head, in the target's dtype (the drafter may train in another)."""
-        return self.target.logits(x.to(self.target.dtype))
-
     # ----- decoding ----------------------------------------------------------------------
     def begin(self, target: Target, prefill: Verified) -> None:
         super().begin(target, prefill)
@@ -179,8 +177,9 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         return self.tree_from_logits(self.lm_logits(z))
 
     # ----- training ----------------------------------------------------------------------
-    def training_loss(self, batch: TrainBatch, progress: float) -> tuple[torch.Tensor, dict[str, float]]:
-        """Teacher-forced: position t (0..T-2) pairs feature t with token t+1; causal over real tokens."""
+    def train_states(self, batch: TrainBatch) -> torch.Tensor:
+        """Head states [B, T-1, K, H], teacher-forced: position t (0..T-2) pairs feature t with token t+1;
+        causal over real tokens."""
         ids, attn = batch.input_ids, batch.attention_mask
         features = batch.hidden[self.config.n_target_layers][:, :-1]
         t = features.shape[1]
@@ -190,5 +189,7 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         eye = torch.eye(t, dtype=torch.bool, device=ids.device)
         mask = (causal & (valid[:, None, :] | eye))[:, None]  # padded queries see themselves only (no NaN rows)
         s1, s2 = self.adapt(features, ids[:, 1:], positions, mask)
-        states = self.auto_embed(self.head_states(s1, s2))
-        return multi_head_loss(states, batch, self.lm_logits)
+        return self.auto_embed(self.head_states(s1, s2))
+
+    def training_loss(self, batch: TrainBatch, progress: float) -> tuple[torch.Tensor, dict[str, float]]:
+        return multi_head_loss(self.train_states(batch), batch, self.lm_logits, self.vocab.to_index)

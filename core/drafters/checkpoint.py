@@ -96,7 +96,9 @@ class TrainedDrafter(torch.nn.Module, Drafter):
         folder.mkdir(parents=True, exist_ok=True)
         meta = {"format_version": FORMAT_VERSION, "method": self.name, "config": self.config.to_json()}
         meta.update(extra or {})
-        state = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in self.state_dict().items()}
+        # weights in bfloat16; integer buffers (a drafting vocabulary's token ids) must stay exact
+        state = {k: (v.detach().to(torch.bfloat16) if v.is_floating_point() else v.detach()).contiguous().cpu()
+                 for k, v in self.state_dict().items()}
         save_file(state, str(folder / "model.safetensors"), metadata={"method": self.name})
         (folder / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
 

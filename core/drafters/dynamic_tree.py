@@ -13,9 +13,10 @@ A child's score is its parent's score plus a log-probability (<= 0), so it never
 beats its parent; ties are broken by depth, so parents always rank first and the
 kept set is a tree.
 
-The drafter provides one callback, `expand(Expansion) -> log-probs [m, V]`, that
-runs it one level deeper for a batch of frontier nodes. Each expanded node gets a
-*slot*: slots are numbered in expansion order, which is the order in which the
+The drafter provides one callback, `expand(Expansion) -> log-probs [m, V']`, that
+runs it one level deeper for a batch of frontier nodes. V' may be a reduced drafting
+vocabulary (core.drafters.draft_vocab): `token_ids` maps its indices to token ids.
+Each expanded node gets a *slot*: slots are numbered in expansion order, which is the order in which the
 drafter appends the nodes to its own KV cache after its verified prefix (and, for
 drafters that put the root there too, after the root). `Expansion.mask` says which
 slots each new node may attend to (its expanded ancestors and itself), so the
@@ -31,13 +32,17 @@ import torch
 
 from core.tree import DraftTree
 
-# Defaults, sized for this CPU: a bf16 target pass costs 36 ms for 1 new token, 39 ms for 8,
-# 60 ms for 32 and 91 ms for 64 (measured here), so verifying 32 nodes costs ~1.7 plain steps
-# while 64 would cost ~2.5. The published GPU settings (60 nodes, depth 5-7, top_k 8-10) pay for
-# a wider tree only where a verify pass is nearly free.
-DEFAULT_DEPTH = 6  # deepest drafted node; the drafter runs `depth` passes per cycle (root + depth - 1 levels)
+# Defaults, sized for this CPU (2 shared cores, bf16 SmolLM2-135M target): one target pass costs
+# ~55 ms for 1 new token and ~60-100 ms for 32 (measured under the shared load), so every verified
+# node has a price, and each tree level costs the drafter one pass (its vocabulary projection
+# dominates: ~9 ms per level over the full 49,152 tokens). Accepted lengths rarely pass 4-5 for a
+# small drafter, so a 6th level and nodes 25-32 mostly buy verify and drafting time that is never
+# repaid. The published GPU settings (60 nodes, depth 5-7, top_k 8-10) pay for a wider tree only
+# where a verify pass is nearly free.
+DEFAULT_DEPTH = 5  # deepest drafted node; the drafter runs `depth` passes per cycle (root + depth - 1 levels)
 DEFAULT_TOP_K = 8  # branching at each expansion and the frontier width, as in EAGLE-2's smaller setting
-DEFAULT_TOTAL_TOKENS = 32  # nodes sent to the target: the knee of the verify-cost curve above
+DEFAULT_TOTAL_TOKENS = 24  # nodes sent to the target
+DRAFT_TOP = 10  # entries per row of extras["draft_top"]
 
 
 @dataclass
@@ -66,14 +71,19 @@ def build_dynamic_tree(
     depth: int = DEFAULT_DEPTH,
     top_k: int = DEFAULT_TOP_K,
     total_tokens: int = DEFAULT_TOTAL_TOKENS,
+    token_ids: torch.Tensor | None = None,
+    record_top: bool = False,
 ) -> DraftTree:
     """Grow an EAGLE-2 dynamic tree from the drafter's log-probs at the root.
 
-    root_logprobs: [V], the drafter's log-distribution of the token after the root.
-    expand: runs the drafter on a batch of frontier nodes, returns their children's log-probs [m, V].
+    root_logprobs: [V'], the drafter's log-distribution of the token after the root.
+    expand: runs the drafter on a batch of frontier nodes, returns their children's log-probs [m, V'].
     depth: deepest level drafted (so `expand` is called depth - 1 times).
     top_k: children per expanded node and frontier width.
     total_tokens: nodes kept after the final rerank (fewer if fewer candidates exist).
+    token_ids: [V'] long, the token id of each log-prob index (None: index = token id).
+    record_top: also return, in extras["draft_top"], one list per tree row [root, nodes...] of the
+        drafter's DRAFT_TOP most likely [token_id, prob] pairs there (empty for rows never expanded).
     Returns a DraftTree with parents before children, draft_probs = the drafter's probability
     of each token at its parent, q = None (tokens are chosen deterministically).
     """
@@ -88,9 +98,18 @@ def build_dynamic_tree(
     slot_of: dict[int, int] = {}  # expanded candidate -> slot
     slot_rows: list[list[bool]] = []  # per slot: which earlier slots (and itself) it sees
 
+    tops: dict[int, list] = {}  # candidate (-1 = root) -> its children's distribution's top entries
+
+    def ids(index: torch.Tensor) -> torch.Tensor:
+        return index if token_ids is None else token_ids[index]
+
+    def top_rows(v: torch.Tensor, i: torch.Tensor) -> list[list[list]]:  # sorted top log-probs, indices [m, n]
+        v, i = v[:, :DRAFT_TOP], i[:, :DRAFT_TOP]
+        return [[[t, p] for t, p in zip(tr, pr)] for tr, pr in zip(ids(i).tolist(), v.exp().tolist())]
+
     def add(tok: torch.Tensor, lp: torch.Tensor, parent: int, base: float, level: int) -> list[int]:
         start = len(tokens)
-        for t, v in zip(tok.tolist(), lp.double().tolist()):
+        for t, v in zip(ids(tok).tolist(), lp.double().tolist()):
             tokens.append(t)
             parents.append(parent)
             logps.append(v)
@@ -98,7 +117,11 @@ def build_dynamic_tree(
             levels.append(level)
         return list(range(start, len(tokens)))
 
-    top_lp, top_tok = root_logprobs.float().topk(k)
+    n_top = max(top_k, DRAFT_TOP) if record_top else top_k  # one topk serves the tree and draft_top
+    top_lp, top_tok = root_logprobs.float().topk(min(n_top, root_logprobs.numel()))
+    if record_top:
+        tops[-1] = top_rows(top_lp[None], top_tok[None])[0]
+    top_lp, top_tok = top_lp[:k], top_tok[:k]
     frontier = add(top_tok, top_lp, -1, 0.0, 1)
     for level in range(2, depth + 1):
         first = len(slot_rows)
@@ -122,18 +145,21 @@ def build_dynamic_tree(
         )
         child_lp = expand(batch).float()
         kk = min(top_k, child_lp.shape[-1])
-        lp, tok = child_lp.topk(kk, dim=-1)  # [m, kk]
+        lp, tok = child_lp.topk(min(n_top, child_lp.shape[-1]), dim=-1)
+        if record_top:
+            tops.update(zip(frontier, top_rows(lp, tok)))
+        lp, tok = lp[:, :kk], tok[:, :kk]  # [m, kk]
         new: list[int] = []
         for i, c in enumerate(frontier):
             new += add(tok[i], lp[i], c, scores[c], level)
         # next frontier: the best top_k new candidates (ties: earlier candidate first)
         new.sort(key=lambda c: (-scores[c], c))
         frontier = new[:top_k]
-    return _rerank(tokens, parents, logps, scores, levels, total_tokens)
+    return _rerank(tokens, parents, logps, scores, levels, total_tokens, tops if record_top else None)
 
 
 def _rerank(tokens: list[int], parents: list[int], logps: list[float], scores: list[float], levels: list[int],
-            total_tokens: int) -> DraftTree:
+            total_tokens: int, tops: dict[int, list] | None = None) -> DraftTree:
     """Keep the best `total_tokens` candidates (parents win ties) and re-index them parents-first."""
     order = sorted(range(len(tokens)), key=lambda c: (-scores[c], levels[c], c))
     kept = sorted(c for c in order[:total_tokens] if scores[c] > float("-inf"))
@@ -144,9 +170,12 @@ def _rerank(tokens: list[int], parents: list[int], logps: list[float], scores: l
         if p >= 0 and p not in index:  # cannot happen: a child never outscores its parent
             raise RuntimeError("dynamic tree rerank dropped a parent of a kept node")
         new_parents.append(index[p] if p >= 0 else -1)
-    return DraftTree(
+    tree = DraftTree(
         tokens=torch.tensor([tokens[c] for c in kept], dtype=torch.long),
         parents=torch.tensor(new_parents, dtype=torch.long),
         draft_probs=torch.tensor([logps[c] for c in kept], dtype=torch.float64).exp().float(),
         q=None,
     )
+    if tops is not None:
+        tree.extras["draft_top"] = [tops.get(c, []) for c in [-1] + kept]
+    return tree

@@ -15,6 +15,11 @@ the drafter feeds its own predicted features back: a node at depth d is the pair
 to the verified entries and to its ancestors under a tree mask. The tree itself is
 EAGLE-2's dynamic tree (core.drafters.dynamic_tree).
 
+With `draft_vocab_size` > 0 the drafter's distribution (drafting and training alike)
+covers only that many frequent tokens (core.drafters.draft_vocab; the trainer sets
+them): the final norm + LM head rows of those tokens. Training's soft target is then
+the target's distribution renormalised over the same tokens.
+
 Also home of the distillation loss helpers MoA reuses (`distill_terms`, `rope_kv`).
 """
 
@@ -33,6 +38,7 @@ from torch.utils.checkpoint import checkpoint
 
 from core.drafters.base import TargetNeeds, Verified
 from core.drafters.checkpoint import DrafterConfig, TrainBatch, TrainedDrafter
+from core.drafters.draft_vocab import DraftVocab
 from core.drafters.dynamic_tree import (
     DEFAULT_DEPTH,
     DEFAULT_TOP_K,
@@ -69,26 +75,29 @@ def rope_kv(kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_heads: in
     return k, v
 
 
-def _ce_rows(pred: torch.Tensor, true: torch.Tensor, target: Target) -> tuple[torch.Tensor, ...]:
+def _ce_rows(pred: torch.Tensor, true: torch.Tensor, vocab: DraftVocab) -> tuple[torch.Tensor, ...]:
+    dtype = vocab.target_ref[0].dtype
     with torch.no_grad():
-        t_logits = target.logits(true.to(target.dtype))
+        t_logits = vocab.logits(true.to(dtype))
         p = torch.softmax(t_logits, dim=-1)
         t_top = t_logits.argmax(-1)
-    logq = torch.log_softmax(target.logits(pred.to(target.dtype)), dim=-1)
+    logq = torch.log_softmax(vocab.logits(pred.to(dtype)), dim=-1)
     return -(p * logq).sum(-1), logq.argmax(-1), t_top
 
 
-def distill_terms(target: Target, pred: torch.Tensor, true: torch.Tensor,
+def distill_terms(vocab: DraftVocab, pred: torch.Tensor, true: torch.Tensor,
                   chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cross-entropy of the drafter's distribution against the target's, per row, in chunks.
 
+    Both distributions are over the drafting vocabulary (the target's renormalised there).
     pred, true: [M, H] pre-norm features (drafter's and target's). Returns (ce [M] with grad,
-    drafter top-1 [M], target top-1 [M]). Each chunk is checkpointed, so only one chunk's
-    vocabulary-sized tensors are alive at a time, in the forward and in the backward pass.
+    drafter top-1 [M], target top-1 within the drafting vocabulary [M]), the top-1s as token ids.
+    Each chunk is checkpointed, so only one chunk's vocabulary-sized tensors are alive at a time,
+    in the forward and in the backward pass.
     """
     ces, d_top, t_top = [], [], []
     true = true.detach()
-    fn = partial(_ce_rows, target=target)
+    fn = partial(_ce_rows, vocab=vocab)
     for s in range(0, pred.shape[0], chunk):
         p, t = pred[s: s + chunk], true[s: s + chunk]
         if torch.is_grad_enabled() and p.requires_grad:
@@ -101,14 +110,32 @@ def distill_terms(target: Target, pred: torch.Tensor, true: torch.Tensor,
     if not ces:
         z = pred.new_zeros(0)
         return z.float(), z.long(), z.long()
-    return torch.cat(ces), torch.cat(d_top), torch.cat(t_top)
+    return torch.cat(ces), vocab.to_token_ids(torch.cat(d_top)), vocab.to_token_ids(torch.cat(t_top))
 
 
 @torch.no_grad()
-def top1(target: Target, feats: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-    """Argmax token of target.logits(feature) per row, in chunks."""
-    out = [target.logits(feats[s: s + chunk].to(target.dtype)).argmax(-1) for s in range(0, feats.shape[0], chunk)]
-    return torch.cat(out) if out else feats.new_zeros(0, dtype=torch.long)
+def top1(vocab: DraftVocab, feats: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    """Token id of the argmax of the drafting-vocabulary logits per row, in chunks."""
+    dtype = vocab.target_ref[0].dtype
+    out = [vocab.logits(feats[s: s + chunk].to(dtype)).argmax(-1) for s in range(0, feats.shape[0], chunk)]
+    return vocab.to_token_ids(torch.cat(out)) if out else feats.new_zeros(0, dtype=torch.long)
+
+
+def target_tokens_in_vocab(vocab: DraftVocab, t_top: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
+    """The target's top-1 for accuracy metrics, -1 (a certain miss) where it lies outside the drafting vocabulary.
+
+    t_top is the target's top-1 *within* the drafting vocabulary (its full-vocabulary logits are never
+    computed, to keep training cheap); next_ids, the data's next tokens, stand in for its full top-1 when
+    deciding whether that lies outside: exact on greedy self-distilled answers, where they are the same.
+    """
+    if vocab.full:
+        return t_top
+    return torch.where(vocab.to_index(next_ids) >= 0, t_top, torch.full_like(t_top, -1))
+
+
+def check_draft_vocab_size(size: int, target: Target) -> None:
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= target.vocab_size:
+        raise ValueError(f"draft_vocab_size must be an integer in [0, {target.vocab_size}], got {size!r}")
 
 
 def smooth_l1_rows(pred: torch.Tensor, true: torch.Tensor) -> torch.Tensor:
@@ -152,6 +179,7 @@ class Eagle2Config(DrafterConfig):
     noise: float = 0.1
     ce_weight: float = 0.1  # loss = SmoothL1(features) + ce_weight * CE(target dist, drafter dist)
     eval_depth: int = 3  # training metrics acc@1..eval_depth (deeper ones feed back own features)
+    draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
 
 
 class Eagle2Drafter(TrainedDrafter):
@@ -160,7 +188,10 @@ class Eagle2Drafter(TrainedDrafter):
 
     def __init__(self, config: Eagle2Config, target: Target) -> None:
         super().__init__(config, target)
+        check_draft_vocab_size(config.draft_vocab_size, target)
         h = config.hidden_size
+        self.vocab = DraftVocab(target, config.draft_vocab_size)
+        self.record_draft_top = True  # extras["draft_top"] for the app (costs well under 1 ms a cycle)
         self.fc = nn.Linear(2 * h, h, bias=True)
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
@@ -198,7 +229,8 @@ class Eagle2Drafter(TrainedDrafter):
         return out
 
     def _logprobs(self, feats: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(self.target.logits(feats.to(self.target.dtype)), dim=-1)
+        """Log-probs over the drafting vocabulary (indices, not token ids)."""
+        return torch.log_softmax(self.vocab.logits(feats.to(self.target.dtype)), dim=-1)
 
     # ----- the drafting cycle ------------------------------------------------------------------
     @torch.no_grad()
@@ -244,7 +276,9 @@ class Eagle2Drafter(TrainedDrafter):
             return self._logprobs(out).cpu()
 
         root_lp = self._logprobs(self._root_feat[None])[0].cpu()
-        tree = build_dynamic_tree(root_lp, expand, cfg.depth, cfg.top_k, cfg.total_tokens)
+        ids = None if self.vocab.full else self.vocab.ids.cpu()
+        tree = build_dynamic_tree(root_lp, expand, cfg.depth, cfg.top_k, cfg.total_tokens, ids,
+                                  self.record_draft_top)
         self.cache.crop(r)
         return tree
 
@@ -256,7 +290,6 @@ class Eagle2Drafter(TrainedDrafter):
         (the regressed feature belongs to the answer). Sequences are assumed right-padded.
         """
         cfg = self.config
-        tgt = self.target
         feat = batch.hidden[cfg.n_target_layers].detach()
         ids = batch.input_ids
         b, t, _ = feat.shape
@@ -271,7 +304,11 @@ class Eagle2Drafter(TrainedDrafter):
         wr = w[sel]
         true_next = feat[:, 1:]
         l1 = smooth_l1_rows(out[sel], true_next[sel])
-        ce, d_top, t_top = distill_terms(tgt, out[sel], true_next[sel])
+        ce, d_top, t_top = distill_terms(self.vocab, out[sel], true_next[sel])
+        # pair t's distribution is of token t + 2; the last pair's lies past the data (padded with an
+        # in-vocabulary token: it is never counted a miss)
+        next_ids = torch.cat([ids[:, 2:], self.vocab.to_token_ids(torch.zeros_like(ids[:, :1]))], dim=1)
+        t_top = target_tokens_in_vocab(self.vocab, t_top, next_ids[sel])
         loss_feat = weighted_mean(l1, wr)
         loss_ce = weighted_mean(ce, wr)
         loss = loss_feat + cfg.ce_weight * loss_ce
@@ -333,6 +370,6 @@ class Eagle2Drafter(TrainedDrafter):
         outs = self.feedback_passes(out1, kv1, tokens, cos, sin, self.config.eval_depth)
         for d, out in enumerate(outs, start=2):
             sel = (w > 0) & (pos[None] >= d - 1)
-            agree = (top1(self.target, out[sel]) == target_top[sel]).float()
+            agree = (top1(self.vocab, out[sel]) == target_top[sel]).float()
             metrics[f"acc@{d}"] = float(weighted_mean(agree, w[sel]))
         return metrics

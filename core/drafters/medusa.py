@@ -13,6 +13,10 @@ Choices and deviations, named as DESIGN.md asks:
 * The vocabulary projection is the target's frozen final norm + LM head,
   shared by every head. Medusa-1 gives each head its own (trainable) copy of
   the LM head; sharing keeps checkpoints at K x n x (H^2 + H) parameters.
+  With `draft_vocab_size` > 0 the heads project onto only that many frequent
+  tokens (core/drafters/draft_vocab.py: on the CPU the K vocabulary
+  projections dominate drafting and training time); labels outside that set
+  add no loss but count as misses in the accuracy metrics.
 * W and b are zero-initialised (Medusa's choice; Medusa keeps a default bias,
   we zero it too), so a freshly built Medusa is the LM head itself and every
   head proposes the root's own prediction. `random()` therefore perturbs the
@@ -70,10 +74,12 @@ def perturb(params: list[torch.Tensor], noise: float, seed: int) -> None:
 
 
 def _ce_chunk(logits_fn, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """y: indices into the logits, -1 for a label outside the drafting vocabulary (no loss, rank = V)."""
     logits = logits_fn(x)
-    loss = F.cross_entropy(logits, y, reduction="sum")
+    loss = F.cross_entropy(logits, y, reduction="sum", ignore_index=-1)
     with torch.no_grad():  # rank of the right token: how many tokens score strictly higher
-        rank = (logits > logits.gather(1, y[:, None])).sum(1)
+        rank = (logits > logits.gather(1, y.clamp_min(0)[:, None])).sum(1)
+        rank = torch.where(y >= 0, rank, logits.shape[-1])
     return loss, rank
 
 
@@ -81,11 +87,15 @@ def multi_head_loss(
     states: torch.Tensor,
     batch: TrainBatch,
     logits_fn,
+    to_index=None,
     decay: float = LOSS_DECAY,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-head cross-entropy of K head states against tokens 2+i ahead, weighted decay^i.
 
-    states: [B, T', K, H], head i's state at positions 0..T'-1 (T' <= T). Metrics:
+    states: [B, T', K, H], head i's state at positions 0..T'-1 (T' <= T). logits_fn maps
+    states to logits over the drafting vocabulary; to_index maps token ids to its indices
+    (-1 outside it; None = identity, the full vocabulary). Out-of-vocabulary labels add no
+    loss (the CE is the mean over the others) but count as misses in the metrics. Metrics:
     `acc@{i}` (head i's top-1 accuracy, i = 1..K), `top{k}@{i}` (cumulative top-k, k = 1..10),
     `ce@{i}`. Logits are computed in chunks of rows, under activation checkpointing when
     gradients are on, so a vocabulary-sized tensor never exists for the whole batch.
@@ -103,6 +113,8 @@ def multi_head_loss(
         valid = (loss_mask[:, shift:shift + n_pos] > 0) & (attn[:, :n_pos] > 0)
         x = states[:, :n_pos, i][valid]
         y = ids[:, shift:shift + n_pos][valid]
+        if to_index is not None:
+            y = to_index(y)
         n = y.numel()
         if n == 0:
             continue
@@ -117,7 +129,7 @@ def multi_head_loss(
             loss_sum = loss_sum + part
             ranks.append(rank)
         rank = torch.cat(ranks)
-        ce = loss_sum / n
+        ce = loss_sum / max(1, int((y >= 0).sum()))
         total = total + decay**i * ce
         metrics[f"ce@{i + 1}"] = float(ce.detach())
         metrics[f"acc@{i + 1}"] = float((rank < 1).float().mean())
@@ -131,6 +143,7 @@ def multi_head_loss(
 class MedusaConfig(DrafterConfig):
     num_heads: int = 4
     num_layers_per_head: int = 1
+    draft_vocab_size: int = 0  # heads project onto this many frequent tokens (draft_vocab.py); 0 = all
     tree_paths: list[list[int]] = field(default_factory=list)  # empty = static_tree.default_tree
     tree_accuracy: list[list[float]] = field(default_factory=list)  # measured per-rank accuracy per head
 
@@ -148,7 +161,7 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
             torch.nn.Sequential(*[ResBlock(h) for _ in range(config.num_layers_per_head)])
             for _ in range(config.num_heads))
         self.needs = TargetNeeds(hidden_layers=(config.n_target_layers,))
-        self._init_tree()
+        self._init_vocab_and_tree(target)
         self.feature: torch.Tensor | None = None
 
     @classmethod
@@ -167,7 +180,7 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
         return torch.stack([head(feature) for head in self.heads], dim=-2)
 
     def head_logits(self, feature: torch.Tensor) -> torch.Tensor:
-        """feature [..., H] -> float32 logits [..., K, V]."""
+        """feature [..., H] -> float32 logits [..., K, V'] over the drafting vocabulary (`self.vocab`)."""
         return self.lm_logits(self.head_states(feature))
 
     # ----- decoding ----------------------------------------------------------------------
@@ -184,10 +197,9 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
         return self.tree_from_logits(self.head_logits(self.feature))
 
     # ----- training ----------------------------------------------------------------------
-    def training_loss(self, batch: TrainBatch, progress: float) -> tuple[torch.Tensor, dict[str, float]]:
-        feature = batch.hidden[self.config.n_target_layers]
-        return multi_head_loss(self.head_states(feature), batch, self.lm_logits)
+    def train_states(self, batch: TrainBatch) -> torch.Tensor:
+        """Head states [B, T, K, H] for a teacher-forced batch (state t, head i predicts token t+2+i)."""
+        return self.head_states(batch.hidden[self.config.n_target_layers])
 
-    def lm_logits(self, x: torch.Tensor) -> torch.Tensor:
-        """The target's final norm + LM head, in the target's dtype (the drafter may train in another)."""
-        return self.target.logits(x.to(self.target.dtype))
+    def training_loss(self, batch: TrainBatch, progress: float) -> tuple[torch.Tensor, dict[str, float]]:
+        return multi_head_loss(self.train_states(batch), batch, self.lm_logits, self.vocab.to_index)

@@ -33,6 +33,20 @@ Cache invariants after accept(): SA cache = the verified tokens (the root and ac
 tokens are re-run as a chain; drafted entries are cropped), CA memory = LSA of every
 verified token, TLI cache = true keys/values of every verified token.
 
+Offline drafting (client-server, DESIGN.md section 5): when the link to the target drops,
+the drafter keeps going on its own. `extend_unverified(tokens)` accepts tokens
+provisionally: the current root and all but the last of `tokens` enter the SA cache (and
+the TLI cache, from predicted states) exactly as drafted tree nodes would, while CA memory
+keeps only the verified tokens; the last of `tokens` becomes the new root, at position
+(verified count + n_unverified). `draft(new root)` then drafts from there, seeing what a
+drafted node that deep would see. When the server answers, `rollback_unverified()` (or
+simply `accept()`, which crops to the verified state itself) and then
+`accept(Verified(tokens=[old root] + accepted provisional tokens, bonus=correction, ...))`.
+EAGLE-2 cannot do this: every step needs fresh target features.
+
+With `draft_vocab_size` > 0 only the final projection is restricted to the drafting
+vocabulary (core.drafters.draft_vocab); TLI layers are unchanged.
+
 Training (`training_loss`), T-step bounded and on-policy: per sequence a period k is drawn
 from [period_min, period_max] (the reference code's 6..14); positions divisible by k and
 every position with loss_mask 0 (prompt / user turns: the target prefills them) are
@@ -63,6 +77,7 @@ from torch import nn
 
 from core.drafters.base import TargetNeeds, Verified
 from core.drafters.checkpoint import DrafterConfig, TrainBatch, TrainedDrafter
+from core.drafters.draft_vocab import DraftVocab
 from core.drafters.dynamic_tree import (
     DEFAULT_DEPTH,
     DEFAULT_TOP_K,
@@ -72,11 +87,13 @@ from core.drafters.dynamic_tree import (
 )
 from core.drafters.eagle2 import (
     apply_tree_options,
+    check_draft_vocab_size,
     check_hyper,
     distill_terms,
     layer_config,
     rope_kv,
     smooth_l1_rows,
+    target_tokens_in_vocab,
     weighted_mean,
 )
 from core.kv_cache import KVCache
@@ -99,6 +116,7 @@ class MoAConfig(DrafterConfig):
     period_max: int = 14
     staircase_until: float = 0.5  # training progress at which SA's mask has become fully causal
     ce_weight: float = 0.1
+    draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
 
 
 class LayerSelfAttention(nn.Module):
@@ -178,6 +196,9 @@ class MoADrafter(TrainedDrafter):
                              f"got {n!r}")
         if not 1 <= config.period_min <= config.period_max:
             raise ValueError(f"need 1 <= period_min <= period_max, got {config.period_min}, {config.period_max}")
+        check_draft_vocab_size(config.draft_vocab_size, target)
+        self.vocab = DraftVocab(target, config.draft_vocab_size)
+        self.record_draft_top = True  # extras["draft_top"] for the app (costs well under 1 ms a cycle)
         lcfg = layer_config(target)
         h, eps = config.hidden_size, lcfg.rms_norm_eps
         kv_width = 2 * target.kv_heads * target.head_dim
@@ -194,6 +215,7 @@ class MoADrafter(TrainedDrafter):
         self.needs = TargetNeeds(layer_kv=True)
         self.train_needs = TargetNeeds(hidden_layers=tuple(sorted({big_l - n, big_l})), layer_kv=True)
         self.sa_cache: KVCache | None = None
+        self._provisional: list[int] = []
 
     @classmethod
     def random(cls, target: Target, seed: int = 0, **hyper: Any) -> MoADrafter:
@@ -245,14 +267,18 @@ class MoADrafter(TrainedDrafter):
         self.sa_cache.commit(tokens.shape[1])
         return out
 
-    def _step(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """Draft tokens [1, m] at positions [1, m] under `mask` (over SA/TLI caches) -> log-probs [m, V]."""
+    def _advance(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Run tokens [1, m] at positions [1, m] under `mask` into the SA/TLI caches -> final features [1, m, H]."""
         sa_out = self._sa(tokens, positions, mask)
         cos, sin = self._rope(positions)
         mem_k, mem_v = self.ca_cache.layer_view(0)
         state = self._predict(sa_out, cos, sin, mem_k, mem_v, None)  # the whole memory is verified
-        final = self._tli(state, positions, mask)
-        return torch.log_softmax(self.target.logits(final.to(self.target.dtype))[0], dim=-1)
+        return self._tli(state, positions, mask)
+
+    def _step(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Draft tokens [1, m] at positions [1, m] under `mask` -> log-probs [m, V'] over the drafting vocabulary."""
+        final = self._advance(tokens, positions, mask)
+        return torch.log_softmax(self.vocab.logits(final.to(self.target.dtype))[0], dim=-1)
 
     # ----- the drafting cycle ------------------------------------------------------------------
     @torch.no_grad()
@@ -299,13 +325,52 @@ class MoADrafter(TrainedDrafter):
         self._lsa_attention = att.float().cpu()
         self._lsa_tokens = torch.tensor(step.tokens, dtype=torch.long)
         self._root_token = step.bonus
+        self._verified_root = step.bonus
+        self._provisional = []
+
+    # ----- offline drafting (client-server) ----------------------------------------------------
+    @property
+    def n_unverified(self) -> int:
+        """Tokens accepted provisionally since the last verified state (the current root among them if > 0)."""
+        return len(self._provisional)
+
+    @torch.no_grad()
+    def extend_unverified(self, tokens: list[int]) -> None:
+        """Accept `tokens` (the continuation of the current root) without the target.
+
+        The current root and tokens[:-1] are run as a chain into the SA and TLI caches, as drafted
+        nodes are; CA memory is untouched. tokens[-1] becomes the root for the next `draft()`.
+        """
+        if not tokens:
+            return
+        dev = self.target.device
+        r = self.sa_cache.length  # the current root's position
+        chain = torch.tensor([self._root_token] + list(tokens[:-1]), dtype=torch.long, device=dev)[None]
+        positions = r + torch.arange(chain.shape[1], device=dev)[None]
+        if self.config.tli:
+            self._advance(chain, positions, None)  # TLI needs the predicted states
+        else:
+            self._sa(chain, positions, None)
+        self._provisional += [int(t) for t in tokens]
+        self._root_token = int(tokens[-1])
+
+    @torch.no_grad()
+    def rollback_unverified(self) -> None:
+        """Drop every provisional token: back to the state after the last accept()."""
+        verified = self.ca_cache.length  # CA memory only ever holds verified tokens
+        self.sa_cache.crop(verified)
+        if self.config.tli:
+            self.tli_cache.crop(verified)
+        self._root_token = self._verified_root
+        self._provisional = []
 
     @torch.no_grad()
     def draft(self, root: int) -> DraftTree:
         if root != self._root_token:
-            raise RuntimeError(f"draft() got root {root} but the last verified bonus token was {self._root_token}")
+            raise RuntimeError(f"draft() got root {root} but the drafter's root (the last verified bonus token, or "
+                               f"the last provisional token) is {self._root_token}")
         cfg = self.config
-        r = self.sa_cache.length  # the root's position = number of verified tokens
+        r = self.sa_cache.length  # the root's position = number of verified (+ provisional) tokens
         dev = self.target.device
         root_lp = self._step(torch.tensor([[root]], device=dev), torch.tensor([[r]], device=dev), None)[0]
 
@@ -316,11 +381,13 @@ class MoADrafter(TrainedDrafter):
             positions = (r + batch.depths).to(dev)[None]
             return self._step(batch.tokens.to(dev)[None], positions, mask).cpu()
 
-        tree = build_dynamic_tree(root_lp.cpu(), expand, cfg.depth, cfg.top_k, cfg.total_tokens)
+        ids = None if self.vocab.full else self.vocab.ids.cpu()
+        tree = build_dynamic_tree(root_lp.cpu(), expand, cfg.depth, cfg.top_k, cfg.total_tokens, ids,
+                                  self.record_draft_top)
         self.sa_cache.crop(r)
         if cfg.tli:
             self.tli_cache.crop(r)
-        tree.extras = {"lsa_attention": self._lsa_attention, "lsa_tokens": self._lsa_tokens}
+        tree.extras.update({"lsa_attention": self._lsa_attention, "lsa_tokens": self._lsa_tokens})
         return tree
 
     # ----- training ----------------------------------------------------------------------------
@@ -401,7 +468,11 @@ class MoADrafter(TrainedDrafter):
             metrics["loss_state"] = float(loss_state.detach())
         else:
             loss_feat = loss_final
-        ce, d_top, t_top = distill_terms(self.target, final[sel], f_true[sel])
+        ce, d_top, t_top = distill_terms(self.vocab, final[sel], f_true[sel])
+        # the prediction at j is of token j + 1; the last one lies past the data (padded in-vocabulary)
+        ids = batch.input_ids
+        next_ids = torch.cat([ids[:, 1:], self.vocab.to_token_ids(torch.zeros_like(ids[:, :1]))], dim=1)
+        t_top = target_tokens_in_vocab(self.vocab, t_top, next_ids[sel])
         loss_ce = weighted_mean(ce, wr)
         loss = loss_feat + cfg.ce_weight * loss_ce
         agree = (d_top == t_top).float()

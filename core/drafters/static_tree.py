@@ -22,17 +22,20 @@ Measured accuracies come from training as *cumulative* top-k accuracies
 turns them into the per-rank a[i][k] that `best_tree` wants.
 
 The default tree, for drafters whose checkpoint carries no measured tree:
-the best 28-node tree of depth 4 under a Medusa-like prior
-(`PRIOR_RANK_ACCURACY`). Why that size: on the project's CPU a bfloat16 target
-pass costs about 36 ms for 1 new token, 39 ms for 8, 60 ms for 32 and 91 ms
-for 64. Up to 8 tokens are nearly free; past 32 every node costs about 1 ms
-(about 3% of a single step) and the nodes that would be added there are
-accepted with probability well under 1%. A 28-node tree (a 29-token pass,
-about 57 ms) stays below that knee while giving every head a few candidates.
+the best 16-node tree of depth 4 under a Medusa-like prior
+(`PRIOR_RANK_ACCURACY`). Why that size: on the project's CPU, under light
+load, a bfloat16 target pass costs about 55 ms for 1 new token and 60-100 ms
+for 32 (`CPU_PASS_MS` takes 70 ms; its 8- and 64-token points are estimated
+from the shape of DESIGN.md's table, 50/54/62/81 ms). Up to about 8 tokens
+are nearly free; past that each node costs about 0.5-1.5 ms (1-3% of a
+step), while the prior tree's 17th to 28th nodes add only about 1.2% each to
+tau. For the
+prior, the ideal speedup tau x t(1) / t(1 + n) peaks at n = 16 with
+t(32) = 70 ms, at n = 8-11 with t(32) = 75-80 ms and at n = 24-31 with
+t(32) = 60-65 ms; 16 nodes stays within about 3% of the optimum for
+t(32) = 65-80 ms, while the previous default of 28 loses 7-11% at 75-80 ms.
 How many nodes really pay off depends on the heads' accuracies and on the
-pass-cost table: for the prior above the ideal speedup tau x t(1) / t(1 + n)
-peaks near n = 8 with this table but near n = 20-25 with DESIGN.md's
-(50/54/62/81 ms). `best_size` computes that optimum, and
+pass-cost table: `best_size` computes that optimum, and
 `StaticTreeMixin.set_tree_from_metrics` uses it after training, so a trained
 checkpoint carries a tree sized from its own measured accuracies
 (config field `tree_paths`). GPU trees (Medusa's ~60 nodes) are larger because
@@ -46,6 +49,8 @@ from collections.abc import Sequence
 
 import torch
 
+from core.drafters.draft_vocab import DraftVocab
+from core.target import Target
 from core.tree import DraftTree
 
 Path = tuple[int, ...]
@@ -57,10 +62,12 @@ _RANK_SHARE = (0.55, 0.15, 0.07, 0.04, 0.03, 0.02, 0.015, 0.012, 0.01, 0.008)
 _HEAD_FACTOR = (1.0, 0.72, 0.58, 0.48, 0.42, 0.37)
 PRIOR_RANK_ACCURACY: list[list[float]] = [[f * s for s in _RANK_SHARE] for f in _HEAD_FACTOR]
 
-# bfloat16 target pass time (ms) by number of new tokens, measured on the project's CPU.
-CPU_PASS_MS: dict[int, float] = {1: 36.0, 8: 39.0, 32: 60.0, 64: 91.0}
-DEFAULT_TREE_SIZE = 28
+# bfloat16 target pass time (ms) by number of new tokens on the project's CPU: 1 and 32 measured
+# (light load; 32 varies 60-100 ms), 8 and 64 estimated from DESIGN.md's curve (module docstring).
+CPU_PASS_MS: dict[int, float] = {1: 55.0, 8: 59.0, 32: 70.0, 64: 95.0}
+DEFAULT_TREE_SIZE = 16
 DEFAULT_TREE_DEPTH = 4
+TOP_EXTRAS = 10  # candidates per tree row reported in DraftTree.extras["draft_top"] (for the app)
 
 
 def path_value(path: Sequence[int], rank_accuracy: Sequence[Sequence[float]]) -> float:
@@ -224,23 +231,37 @@ def build_draft_tree(paths: Sequence[Path], topk_tokens: torch.Tensor, topk_prob
 
 
 class StaticTreeMixin:
-    """Static-tree handling for drafters whose config has `num_heads`, `vocab_size`, `tree_paths`
-    and `tree_accuracy` (measured per-rank accuracies, empty = use the prior)."""
+    """Static-tree handling for multi-head drafters (Medusa, Amphista) whose config has `num_heads`,
+    `draft_vocab_size`, `tree_paths` and `tree_accuracy` (measured per-rank accuracies, empty = the
+    prior). Also owns the heads' shared output layer: `self.vocab`, a `DraftVocab` over the target's
+    frozen final norm + LM head, restricted to `draft_vocab_size` tokens (0 = the full vocabulary)."""
 
-    def _init_tree(self) -> None:
+    def _init_vocab_and_tree(self, target: Target) -> None:
         cfg = self.config
+        if not 0 <= cfg.draft_vocab_size <= target.vocab_size:
+            raise ValueError(f"draft_vocab_size must lie in [0, {target.vocab_size}], got {cfg.draft_vocab_size}")
+        self.vocab = DraftVocab(target, cfg.draft_vocab_size)
         if not cfg.tree_paths:
-            cfg.tree_paths = [list(p) for p in default_tree(cfg.num_heads, cfg.vocab_size)]
+            cfg.tree_paths = [list(p) for p in default_tree(cfg.num_heads, self.vocab.size)]
         self._set_paths(cfg.tree_paths)
 
     def _set_paths(self, paths: Sequence[Sequence[int]]) -> None:
-        self.tree_paths = check_paths(paths, self.config.num_heads, self.config.vocab_size)
+        self.tree_paths = check_paths(paths, self.config.num_heads, self.vocab.size)
         self.config.tree_paths = [list(p) for p in self.tree_paths]
         self._ranks = max_ranks(self.tree_paths, self.config.num_heads)
+        # rows of the DraftTree are [root, paths...]; a row has children iff some path extends it
+        parents = {p[:-1] for p in self.tree_paths}
+        self._row_depth_with_children = [0 if () in parents else None] + [
+            len(p) if p in parents else None for p in self.tree_paths]
 
     def rank_accuracy(self) -> list[list[float]]:
         acc = self.config.tree_accuracy or prior_accuracy(self.config.num_heads)
-        return [row[: self.config.vocab_size] for row in acc]
+        return [row[: self.vocab.size] for row in acc]
+
+    def lm_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm + LM head over the drafting vocabulary, in the target's dtype (the drafter may
+        train in another): float32 logits [..., vocab.size]; index j is token `vocab.to_token_ids(j)`."""
+        return self.vocab.logits(x.to(self.target.dtype))
 
     def set_options(self, **opts) -> None:
         """Tree options: `tree_paths` (explicit paths), or `tree_size` / `tree_depth` (rebuilt from the
@@ -273,10 +294,21 @@ class StaticTreeMixin:
         return self.tree_paths
 
     def tree_from_logits(self, head_logits: torch.Tensor) -> DraftTree:
-        """Draft tree from the heads' logits [K, V]: each head's top candidates in the static shape."""
+        """Draft tree from the heads' logits [K, V'] over the drafting vocabulary: each head's top
+        candidates in the static shape. extras["draft_top"]: per row [root, nodes...], the top
+        TOP_EXTRAS [token_id, prob] of the head that drafts the row's children ([] for leaves)."""
         k = max(self._ranks)
         if k == 0:
-            return DraftTree.empty()
+            tree = DraftTree.empty()
+            tree.extras = {"draft_top": [[]]}
+            return tree
         probs = torch.softmax(head_logits.float(), dim=-1)
-        top_p, top_i = probs.topk(k, dim=-1)
-        return build_draft_tree(self.tree_paths, top_i.cpu(), top_p.cpu())
+        top_p, top_i = probs.topk(min(max(k, TOP_EXTRAS), probs.shape[-1]), dim=-1)
+        top_i = self.vocab.to_token_ids(top_i).cpu()
+        top_p = top_p.cpu()
+        tree = build_draft_tree(self.tree_paths, top_i[:, :k], top_p[:, :k])
+        heads = [list(zip(t, (round(p, 5) for p in q))) for t, q in
+                 zip(top_i[:, :TOP_EXTRAS].tolist(), top_p[:, :TOP_EXTRAS].tolist())]
+        tree.extras = {"draft_top": [[list(tp) for tp in heads[d]] if d is not None else []
+                                     for d in self._row_depth_with_children]}
+        return tree

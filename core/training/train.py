@@ -465,6 +465,7 @@ class Trainer:
         self.members: list[_Member] = []
         for spec in specs:
             model = spec.cls.random(target, seed=cfg.seed, **spec.hyper)
+            self._choose_draft_vocab(model, train)
             own = [p for p in model.parameters() if id(p) not in target_ids]
             with torch.no_grad():
                 for p in own:  # float32 master weights; the target's own modules stay as they are
@@ -491,6 +492,18 @@ class Trainer:
         self.elapsed_prior = 0.0  # wall seconds of earlier sessions of this run
         self.final_eval_step = -1  # step at which the final evaluation ran (a rerun after the end skips it)
         self.stop_requested = False
+
+    def _choose_draft_vocab(self, model: TrainedDrafter, train: list[dict]) -> None:
+        """A reduced drafting vocabulary (core.drafters.draft_vocab) is the most frequent answer tokens."""
+        vocab = getattr(model, "vocab", None)
+        if vocab is None or vocab.full:
+            return
+        from core.drafters.draft_vocab import frequent_tokens
+
+        ids = frequent_tokens((r["answer_ids"] for r in train), vocab.ids.numel(), always=self.target.eos_token_ids)
+        if ids.numel() < vocab.ids.numel():
+            raise ValueError(f"the data has only {ids.numel()} distinct answer tokens; lower draft_vocab_size")
+        vocab.set_ids(ids)
 
     # ----- state ---------------------------------------------------------------------------
     @property

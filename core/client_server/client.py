@@ -1,0 +1,401 @@
+"""The client side: the drafter, the protocol loop, and what to do while the link is down.
+
+The loop (one request in flight at a time), for every method:
+
+    send PREFILL, wait for the first token and the prompt's payload rows, drafter.begin()
+    repeat until end of turn / budget:
+        reply in?          -> drafter.accept(the verified tokens and their rows); reconcile provisional text
+        idle, link up      -> draft a tree (empty for plain decoding) or, if provisional tokens are
+                              waiting, send them as a chain; send VERIFY
+        link down and MoA  -> draft offline: a greedy chain from the drafter's last state, accepted
+                              provisionally (MoADrafter.extend_unverified) and shown to the user
+        otherwise          -> wait (plain decoding and EAGLE-2 stall while the link is down)
+
+Offline drafting (MoA only: its drafter reads target activations only at verified positions,
+so it can go on without the server; EAGLE-2 needs the target's feature of every new token).
+Each offline step drafts a chain of `depth` tokens (the tree drafter with top_k = 1) from
+the last provisional token. When a reply comes in, the drafter rolls back to its verified
+state and accepts the server's verdict; the provisional tokens are compared with the verified
+ones: the agreeing prefix is confirmed, the first disagreement is replaced by the target's
+token (a correction) and every provisional token after it is withdrawn. Provisional tokens
+beyond the verified ones are re-applied (extend_unverified) and sent for verification as a
+chain as soon as the link is up. The final text is therefore always the target's greedy text.
+
+Timing and transport live in an `env` (core.client_server.sim.VirtualEnv: virtual clock;
+core.client_server.loopback.LoopbackEnv: a real server process over 127.0.0.1). The client
+only asks it the time, whether the link is up, to run a piece of compute, to send a message
+and to wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.drafters.base import Autoregressive, Drafter, Verified
+from core.target import Target
+from core.tree import DraftTree
+
+from .protocol import METHODS, Prefill, Reply, Verify, row_width, token_bytes
+
+
+class ReceivedLSA(nn.Module):
+    """Stands in for MoA's LayerSelfAttention on the client: hands back the vectors the server sent.
+
+    MoADrafter.accept() calls `self.lsa(layer_kv, need_weights=True)`; on the client that module
+    is this one, loaded with the received rows just before the call, so the rest of the
+    drafter (SA, CA memory, TLI caches) updates exactly as in one process. The layer-attention
+    weights are not sent (they are for the app's LSA tab only): zeros come back instead.
+    """
+
+    def __init__(self, n_layers: int) -> None:
+        super().__init__()
+        self.n_layers = n_layers
+        self.pending: torch.Tensor | None = None
+
+    def forward(self, kv: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        vec = self.pending
+        if vec is None or vec.shape[0] != kv.shape[0]:
+            raise RuntimeError("ReceivedLSA: no vectors received for these tokens")
+        self.pending = None
+        att = torch.zeros(kv.shape[0], self.n_layers, self.n_layers) if need_weights else None
+        return vec, att
+
+
+@contextmanager
+def client_side(method: str, drafter: Drafter | None, target: Target) -> Iterator[tuple[Drafter, nn.Module | None]]:
+    """Split a drafter for a client-server run: yields (client drafter, the server's LSA module or None).
+
+    For MoA the drafter's LSA module moves to the server (the caller hands it to `Server`) and a
+    ReceivedLSA takes its place; both are put back afterwards, so pooled drafters stay intact.
+    """
+    if method not in METHODS:
+        raise ValueError(f"no client-server protocol for method {method!r}; choose one of {', '.join(METHODS)}")
+    if method == "ar":
+        yield (drafter or Autoregressive()), None
+        return
+    if drafter is None:
+        raise ValueError(f"method {method} needs a drafter")
+    if method != "moa":
+        yield drafter, None
+        return
+    lsa = drafter.lsa
+    drafter.lsa = ReceivedLSA(target.n_layers)
+    try:
+        yield drafter, lsa
+    finally:
+        drafter.lsa = lsa
+
+
+@contextmanager
+def chain_options(drafter: Drafter) -> Iterator[None]:
+    """Temporarily make a tree drafter draft a single greedy chain of its usual depth (top_k = 1)."""
+    cfg = drafter.config
+    saved = (cfg.top_k, cfg.total_tokens)
+    drafter.set_options(top_k=1, total_tokens=cfg.depth)
+    try:
+        yield
+    finally:
+        drafter.set_options(top_k=saved[0], total_tokens=saved[1])
+
+
+def greedy_path(tree: DraftTree) -> list[int]:
+    """Tokens along the drafter's most probable child at each level, from the root down."""
+    kids = tree.children()
+    probs = tree.draft_probs.tolist()
+    tokens = tree.tokens.tolist()
+    out, row = [], 0
+    while kids[row]:
+        best = max(kids[row], key=lambda c: probs[c])
+        out.append(int(tokens[best]))
+        row = best + 1
+    return out
+
+
+@dataclass
+class Trace:
+    """Every compute span and message of a run, in seconds from its start."""
+
+    spans: list[dict] = field(default_factory=list)  # lane: client | uplink | server | downlink
+    messages: list[dict] = field(default_factory=list)
+    progress: list[dict] = field(default_factory=list)  # {t, verified, shown}
+    snapshots: list[dict] = field(default_factory=list)  # what the user saw just before a verdict on provisional text
+
+    def span(self, lane: str, kind: str, start: float, end: float, **info: Any) -> None:
+        self.spans.append({"lane": lane, "kind": kind, "start": round(start, 6), "end": round(end, 6), **info})
+
+    def to_dict(self) -> dict:
+        return {"spans": self.spans, "messages": self.messages, "progress": self.progress,
+                "snapshots": self.snapshots}
+
+
+@dataclass
+class RunResult:
+    method: str
+    mode: str  # virtual | loopback
+    network: dict
+    prompt_ids: list[int]
+    token_ids: list[int]
+    token_info: list[dict]  # per final token: status (verified | confirmed | corrected), t, withdrawn
+    offline_tokens: int
+    corrected_tokens: int
+    confirmed_tokens: int
+    virtual_time_s: float
+    server_calls: int
+    retransmissions: int
+    bytes_up: int
+    bytes_down: int
+    stop_reason: str
+    target_passes: int
+    trace: Trace
+    text: str = ""
+    note: str = ""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.token_ids) / self.virtual_time_s if self.virtual_time_s > 0 else 0.0
+
+    def summary(self) -> dict:
+        return {
+            "method": self.method, "mode": self.mode, "network": self.network["name"],
+            "disconnects": self.network["disconnects"], "token_ids": self.token_ids, "text": self.text,
+            "new_tokens": len(self.token_ids), "offline_tokens": self.offline_tokens,
+            "corrected_tokens": self.corrected_tokens, "confirmed_tokens": self.confirmed_tokens,
+            "virtual_time_s": round(self.virtual_time_s, 4), "tokens_per_s": round(self.tokens_per_s, 3),
+            "server_calls": self.server_calls, "retransmissions": self.retransmissions,
+            "bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "stop_reason": self.stop_reason,
+            "target_passes": self.target_passes,
+            "tau": round(len(self.token_ids) / max(1, self.target_passes), 4), "note": self.note,
+        }
+
+    def to_dict(self) -> dict:
+        return {**self.summary(), "network_model": self.network, "prompt_ids": self.prompt_ids,
+                "token_info": self.token_info, "trace": self.trace.to_dict()}
+
+
+class Client:
+    """One generation on the client. `env` provides time, the link and the transport (see module docstring)."""
+
+    def __init__(self, method: str, drafter: Drafter, target: Target, env, prompt_ids: list[int],
+                 max_new_tokens: int = 48, stop_tokens: set[int] | None = None, tli: int = 0) -> None:
+        if method not in METHODS:
+            raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if not prompt_ids:
+            raise ValueError("the prompt is empty")
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        self.method, self.drafter, self.target, self.env = method, drafter, target, env
+        self.prompt = [int(t) for t in prompt_ids]
+        self.max_new = int(max_new_tokens)
+        self.stop = target.eos_token_ids if stop_tokens is None else set(stop_tokens)
+        self.tli = tli
+        self.wide = token_bytes(target.vocab_size) == 4
+        self.offline_capable = method == "moa" and hasattr(drafter, "extend_unverified")
+        self.width = row_width(method, target.hidden_size, 2 * target.kv_heads * target.head_dim, tli)
+        self.verified: list[int] = []
+        self.info: list[dict] = []
+        self.provisional: list[int] = []
+        self.offline_tokens = self.corrected = self.confirmed = 0
+        self.passes = 0
+        self.seq = 0
+        self.stop_reason = ""
+
+    # ----- payload rows -> what the drafter's accept() reads ------------------------------------
+    def _verified(self, tokens: list[int], bonus: int, start: int, rows: torch.Tensor | None,
+                  tree: DraftTree | None = None, accepted: list[int] | None = None) -> Verified:
+        t = self.target
+        n = len(tokens)
+        hidden, kv = {}, None
+        if self.method == "eagle2":
+            hidden = {t.n_layers: rows.to(t.dtype).to(t.device)}
+        elif self.method == "moa":
+            h = t.hidden_size
+            kvw = 2 * t.kv_heads * t.head_dim
+            self.drafter.lsa.pending = rows[:, :h].to(self.drafter._dtype).to(t.device)
+            if self.tli:  # the true keys/values of the last N layers; the other layers are never read
+                kv = torch.zeros(n, t.n_layers, kvw, dtype=t.dtype, device=t.device)
+                kv[:, t.n_layers - self.tli:] = rows[:, h:].reshape(n, self.tli, kvw).to(t.dtype)
+            else:
+                kv = torch.zeros((), dtype=t.dtype, device=t.device).expand(n, t.n_layers, kvw)
+        return Verified(tokens, bonus, start, hidden, kv, tree, accepted or [])
+
+    # ----- the loop ----------------------------------------------------------------------------
+    def run(self) -> dict:
+        env = self.env
+        pending = env.send(Prefill(self.method, self.prompt, self.tli, self._next_seq()))
+        while not env.ready(pending):
+            if env.time_exceeded():
+                return self._finish("time_limit")
+            env.wait(pending)
+        reply: Reply = pending.reply
+        self._check_rows(reply, len(self.prompt))
+        self.passes += 1
+        env.compute("absorb", lambda: self.drafter.begin(
+            self.target, self._verified(self.prompt, reply.bonus, 0, reply.rows)), n=len(self.prompt))
+        self.root, self.position = reply.bonus, len(self.prompt)
+        if self._commit([reply.bonus], 0):
+            return self._finish(self.stop_reason)
+        pending = None
+        while True:
+            if env.time_exceeded():
+                return self._finish("time_limit")
+            if pending is not None and env.ready(pending):
+                if self._apply(pending):
+                    return self._finish(self.stop_reason)
+                pending = None
+                continue
+            up = env.link_up()
+            if pending is None and up:
+                pending = self._request()
+                continue
+            if not up and self.offline_capable and self._can_draft_offline():
+                self._draft_offline()
+                continue
+            env.wait(pending)
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def _check_rows(self, reply: Reply, n: int) -> None:
+        width = 0 if reply.rows is None else int(reply.rows.shape[1])
+        if reply.n_rows not in (0, n) or (self.width and (reply.n_rows != n or width != self.width)):
+            raise RuntimeError(f"the server sent {reply.n_rows} x {width} payload values for {n} tokens; "
+                               f"expected {n} x {self.width}")
+
+    def _request(self):
+        """Draft (or take the waiting provisional chain) and send it."""
+        env = self.env
+        if self.provisional:
+            chain = list(self.provisional)
+            room = self.target.max_positions - self.position - 1
+            msg = Verify(self._next_seq(), self.position, chain[:max(0, room)], None)
+            tree = DraftTree.chain(msg.tokens)
+        else:
+            tree = DraftTree.empty()
+            if self.method != "ar":
+                tree = env.compute("draft", lambda: self.drafter.draft(self.root), passes=self._depth())
+            if self.position + 1 + len(tree) > self.target.max_positions:
+                tree = DraftTree.empty()
+            msg = Verify(self._next_seq(), self.position, tree.tokens.tolist(), tree.parents.tolist())
+        pending = env.send(msg)
+        pending.tree = tree
+        return pending
+
+    def _depth(self) -> int:
+        cfg = getattr(self.drafter, "config", None)
+        return int(getattr(cfg, "depth", 1)) if cfg is not None else 0
+
+    def _apply(self, pending) -> bool:
+        """Take in a VERIFY reply; True when the generation is over."""
+        reply: Reply = pending.reply
+        tree: DraftTree = pending.tree
+        toks = [self.root] + [int(tree.tokens[a]) for a in reply.accepted]
+        self._check_rows(reply, len(toks))
+        self.passes += 1
+        shown_before = list(self.provisional)
+        step = self._verified(toks, reply.bonus, self.position, reply.rows, tree, list(reply.accepted))
+
+        def update() -> None:
+            if self.offline_capable and self.drafter.n_unverified:
+                self.drafter.rollback_unverified()
+            self.drafter.accept(step)
+
+        self.env.compute("absorb", update, n=len(toks))
+        new = toks[1:] + [reply.bonus]
+        if shown_before:
+            self.env.trace.snapshots.append({"t": round(self.env.now(), 6), "verified": list(self.verified),
+                                             "provisional": shown_before})
+        self.root, self.position = reply.bonus, self.position + len(toks)
+        done = self._commit(new, reply.seq)
+        if self.provisional and not done:
+            rest = list(self.provisional)
+            self.env.compute("absorb", lambda: self.drafter.extend_unverified(rest), n=len(rest))
+        return done
+
+    def _commit(self, new: list[int], seq: int) -> bool:
+        """Append verified tokens (stop rules as core.decoding), reconcile provisional ones; True when done."""
+        reason = ""
+        for i, tok in enumerate(new):
+            if tok in self.stop:
+                new, reason = new[: i + 1], "eos"
+                break
+        if len(self.verified) + len(new) >= self.max_new:
+            new, reason = new[: self.max_new - len(self.verified)], reason or "max_new_tokens"
+        if self.position >= self.target.max_positions:
+            reason = reason or "context"
+        prov = self.provisional
+        k = 0
+        while k < min(len(prov), len(new)) and prov[k] == new[k]:
+            k += 1
+        now = self.env.now()
+        withdrawn: list[int] = []
+        if k < len(prov) and k < len(new):  # the first disagreement: corrected, the rest withdrawn
+            withdrawn = prov[k:]
+            self.provisional = []
+        else:
+            self.provisional = prov[len(new):]
+        if reason and self.provisional:  # cannot happen (offline drafting stops at a stop token or the budget)
+            withdrawn, self.provisional = self.provisional, []
+        self.confirmed += k
+        self.corrected += len(withdrawn)
+        for i in range(len(new)):
+            status = "confirmed" if i < k else ("corrected" if i == k and withdrawn else "verified")
+            entry = {"status": status, "t": round(now, 6), "seq": seq}
+            if status == "corrected":
+                entry["withdrawn"] = withdrawn
+            self.info.append(entry)
+        self.verified += new
+        self._progress()
+        if reason:
+            self.stop_reason = reason
+        return bool(reason)
+
+    def _progress(self) -> None:
+        n = len(self.verified)
+        self.env.trace.progress.append({"t": round(self.env.now(), 6), "verified": n,
+                                        "shown": n + len(self.provisional)})
+
+    # ----- offline drafting (MoA) --------------------------------------------------------------
+    def _can_draft_offline(self) -> bool:
+        if self.provisional and self.provisional[-1] in self.stop:
+            return False
+        if len(self.verified) + len(self.provisional) >= self.max_new:
+            return False
+        return self.position + len(self.provisional) + self._depth() + 2 <= self.target.max_positions
+
+    def _draft_offline(self) -> None:
+        root = self.provisional[-1] if self.provisional else self.root
+        room = self.max_new - len(self.verified) - len(self.provisional)
+        drafter = self.drafter
+
+        def step() -> list[int]:
+            with chain_options(drafter):
+                chain = greedy_path(drafter.draft(root))[:room]
+            for i, tok in enumerate(chain):
+                if tok in self.stop:
+                    chain = chain[: i + 1]
+                    break
+            if chain:
+                drafter.extend_unverified(chain)
+            return chain
+
+        chain = self.env.compute("offline", step, passes=self._depth(), n=self._depth())
+        if not chain:  # nothing drafted (cannot happen with a non-empty vocabulary): do not spin
+            self.env.wait(None)
+            return
+        self.provisional += chain
+        self.offline_tokens += len(chain)
+        self._progress()
+
+    # ----- the end -----------------------------------------------------------------------------
+    def _finish(self, reason: str) -> dict:
+        self.stop_reason = reason
+        return {"token_ids": list(self.verified), "token_info": self.info, "offline_tokens": self.offline_tokens,
+                "corrected_tokens": self.corrected, "confirmed_tokens": self.confirmed,
+                "stop_reason": reason, "target_passes": self.passes, "unverified": list(self.provisional)}
