@@ -40,6 +40,16 @@ lint: setup
 clean-venv:
 	rm -rf $(VENV)
 
+# Self-distillation data: the target answers every training prompt (resumable: rerun to continue).
+DATAGEN_ARGS ?= --batch-size 48 --shard-size 96 --max-new-tokens 96 --workers 2
+data: setup
+	$(PY) -m core.training.datagen --out data/distill $(DATAGEN_ARGS)
+
+# The benchmark on the project's evaluation prompts (Spec-Bench format); see README for the committed run.
+BENCH_ARGS ?= --methods ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista --max-new-tokens 96
+bench: setup
+	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(BENCH_ARGS) --out runs/bench
+
 # ---- drafter training (core.training.train) ------------------------------------------------
 # Assumes $(PY) = the venv python and a `setup` target. Usage:
 #   make train DRAFTER=moa                         # one drafter -> runs/moa

@@ -155,6 +155,7 @@ class RunResult:
     trace: Trace
     text: str = ""
     note: str = ""
+    unverified: list[int] = field(default_factory=list)  # provisional tokens never verified (time limit)
 
     @property
     def tokens_per_s(self) -> float:
@@ -175,7 +176,7 @@ class RunResult:
 
     def to_dict(self) -> dict:
         return {**self.summary(), "network_model": self.network, "prompt_ids": self.prompt_ids,
-                "token_info": self.token_info, "trace": self.trace.to_dict()}
+                "token_info": self.token_info, "unverified": self.unverified, "trace": self.trace.to_dict()}
 
 
 class Client:
@@ -197,6 +198,8 @@ class Client:
         self.wide = token_bytes(target.vocab_size) == 4
         self.offline_capable = method == "moa" and hasattr(drafter, "extend_unverified")
         self.width = row_width(method, target.hidden_size, 2 * target.kv_heads * target.head_dim, tli)
+        self.root: int | None = None  # the target's last token, not yet run through it
+        self.position = len(self.prompt)  # the root's position
         self.verified: list[int] = []
         self.info: list[dict] = []
         self.provisional: list[int] = []

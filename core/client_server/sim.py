@@ -73,8 +73,8 @@ class CostModel:
             mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
             slope = max(0.0, sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs))
             base = max(0.0, my - slope * mx)
-        elif ys:
-            base = sum(ys) / len(ys) - slope * xs[0]
+        elif ys:  # one tree size only: no slope to fit
+            base, slope = sum(ys) / len(ys), 0.0
         draft = sorted(e.draft_time for e in events[1:]) or [0.0]
         level = draft[len(draft) // 2] / max(1, depth + 1)  # + 1: the state update, about one level's work
         return CostModel(base, slope, level, level, 0.0)
@@ -186,7 +186,8 @@ def finish(result: dict, env, method: str, net: NetworkModel, prompt_ids: list[i
         corrected_tokens=result["corrected_tokens"], confirmed_tokens=result["confirmed_tokens"],
         virtual_time_s=last, server_calls=env.calls, retransmissions=env.retransmissions,
         bytes_up=env.bytes_up, bytes_down=env.bytes_down, stop_reason=result["stop_reason"],
-        target_passes=result["target_passes"], trace=env.trace, text=text, note=note)
+        target_passes=result["target_passes"], trace=env.trace, text=text, note=note,
+        unverified=result["unverified"])
 
 
 def simulate(target: Target, method: str, drafter: Drafter | None, prompt_ids: Sequence[int], net: NetworkModel,

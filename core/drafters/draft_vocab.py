@@ -24,16 +24,26 @@ import torch
 from core.target import Target
 
 
-def frequent_tokens(sequences: Iterable[Iterable[int]], size: int, always: Iterable[int] = ()) -> torch.Tensor:
-    """The `size` most frequent token ids (plus `always`, e.g. end-of-turn), sorted ascending."""
-    counts = Counter()
-    for seq in sequences:
-        counts.update(int(t) for t in seq)
+def frequent_tokens(sequences: Iterable[Iterable[int]], size: int, always: Iterable[int] = (),
+                    fallback: Iterable[Iterable[int]] = ()) -> torch.Tensor:
+    """The `size` most frequent token ids of `sequences` (plus `always`, e.g. end-of-turn), sorted ascending.
+
+    When `sequences` has fewer distinct tokens than `size`, the slots left are filled
+    with the most frequent tokens of `fallback` (e.g. the prompts), then by lowest id.
+    """
     chosen = set(int(t) for t in always)
-    for tok, _ in counts.most_common():
-        if len(chosen) >= size:
-            break
+    for source in (sequences, fallback):
+        counts = Counter()
+        for seq in source:
+            counts.update(int(t) for t in seq)
+        for tok, _ in counts.most_common():
+            if len(chosen) >= size:
+                break
+            chosen.add(tok)
+    tok = 0
+    while len(chosen) < size:
         chosen.add(tok)
+        tok += 1
     return torch.tensor(sorted(chosen), dtype=torch.long)
 
 

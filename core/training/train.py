@@ -500,9 +500,8 @@ class Trainer:
             return
         from core.drafters.draft_vocab import frequent_tokens
 
-        ids = frequent_tokens((r["answer_ids"] for r in train), vocab.ids.numel(), always=self.target.eos_token_ids)
-        if ids.numel() < vocab.ids.numel():
-            raise ValueError(f"the data has only {ids.numel()} distinct answer tokens; lower draft_vocab_size")
+        ids = frequent_tokens((r["answer_ids"] for r in train), vocab.ids.numel(), always=self.target.eos_token_ids,
+                              fallback=(r["prompt_ids"] for r in train))
         vocab.set_ids(ids)
 
     # ----- state ---------------------------------------------------------------------------

@@ -1,0 +1,184 @@
+"""Tab 5, Client-server: the target on a server, the drafter on your device, and what a dropped link does.
+
+Runs core.client_server.sim on a virtual clock: the real target and drafters compute (their
+measured times), the network (a preset plus the disconnect window chosen here) is modelled.
+The real two-process split over 127.0.0.1 is the CLI's `--real` mode (core/client_server/loopback.py).
+"""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+from core.client_server.figures import METHOD_NAMES, timeline_figure, tokens_figure
+from core.client_server.network import PRESETS, NetworkModel, preset
+from core.client_server.sim import simulate
+from demo.common import AppContext, friendly, progress_reporter
+from demo.render import message_figure, token_pieces
+from demo.runtime import UNTRAINED_NOTE, Runtime, UserError
+
+TITLE = "Client-server"
+EXPLANATION = """\
+**What you see.** Here the big *target* model runs on a server and the small *drafter* runs on your device;
+they talk over a mobile or Wi-Fi link (the presets are typical published figures, not measurements). Each
+round trip costs network time, so methods that get several tokens per trip win. When the link drops (the grey
+band), plain decoding over an API and EAGLE-2 simply stop: they need the server for every step. The Mixture of
+Attentions (MoA) drafter only needs the server's answers for text it has already checked, so it **keeps writing
+on its own** while offline; that text is *provisional* (amber). When the link returns the server checks it in
+one pass: the part it agrees with stays, the first wrong token is replaced (red, with what was withdrawn struck
+through) and writing goes on. The final text is always exactly what the target writes alone. The timeline shows
+who is busy when: your device drafting, the uplink, the server verifying, the downlink.
+"""
+DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+METHOD_CHOICES = [("All three", "all"), ("Plain decoding over an API (ar)", "ar"), ("EAGLE-2 (eagle2)", "eagle2"),
+                  ("Mixture of Attentions (moa)", "moa")]
+STATUS_STYLE = {
+    "verified": ("#d3f9d8", "verified by the server as it arrived"),
+    "confirmed": ("#ffe8a1", "written offline (provisional), later confirmed by the server"),
+    "corrected": ("#ffc9c9", "the server's correction of a wrong provisional token"),
+}
+NO_RUN = "Press Run to simulate a generation over the chosen network."
+
+
+def network_for(preset_name: str, start: float, length: float) -> NetworkModel:
+    if preset_name not in PRESETS:
+        raise UserError(f"Unknown network preset {preset_name!r}.")
+    start, length = float(start or 0), float(length or 0)
+    if start < 0 or length < 0:
+        raise UserError("The disconnect window needs a start and a length of at least 0 seconds.")
+    return preset(preset_name, [(start, start + length)] if length > 0 else [])
+
+
+def legend() -> str:
+    items = [f'<span class="tok" style="background:{c};padding:1px 6px" title="{html.escape(t)}">{k}</span>'
+             for k, (c, t) in STATUS_STYLE.items()]
+    items.append('<span class="tok" style="padding:1px 6px;color:#868e96"><s>withdrawn</s></span>')
+    return '<div class="tok-legend"><b>Legend:</b>' + "".join(items) + "</div>"
+
+
+def text_html(run: dict, decode) -> str:
+    """The final text, each token coloured by its history; withdrawn provisional text struck through."""
+    ids = run["token_ids"]
+    pieces = token_pieces(ids, decode) if ids else []
+    spans = []
+    for info, piece in zip(run["token_info"], pieces):
+        colour, what = STATUS_STYLE.get(info["status"], ("#e9ecef", info["status"]))
+        title = f"{what}; verified at {info['t']:.2f} s"
+        if info.get("withdrawn"):
+            gone = decode(info["withdrawn"])
+            spans.append(f'<s style="color:#868e96" title="provisional text withdrawn at {info["t"]:.2f} s">'
+                         f"{html.escape(gone)}</s>")
+            title += f"; replaced the provisional {decode(info['withdrawn'][:1])!r}"
+        shown = piece if piece else "[end]"
+        spans.append(f'<span class="tok" style="background:{colour}" title="{html.escape(title, quote=True)}">'
+                     f"{html.escape(shown)}</span>")
+    if run.get("unverified"):
+        spans.append(f'<span class="tok" style="background:#fff3bf;font-style:italic" title="never verified">'
+                     f"{html.escape(decode(run['unverified']))}</span>")
+    return f'<div class="tok-stream">{"".join(spans)}</div>'
+
+
+def snapshot_html(run: dict, decode) -> str:
+    """What the user saw just before the server's first verdict on provisional text."""
+    snaps = run["trace"]["snapshots"]
+    if not snaps:
+        return ""
+    s = snaps[0]
+    return (f'<div class="stat-note">Just before the server checked it (at {s["t"]:.2f} s) the screen showed: '
+            f'<span>{html.escape(decode(s["verified"]))}</span><span style="background:#ffe8a1">'
+            f'{html.escape(decode(s["provisional"]))}</span></div>')
+
+
+def summary_markdown(runs: list[dict]) -> str:
+    head = ("| method | tokens/s (virtual) | time (s) | server calls | offline tokens | confirmed | corrected | "
+            "bytes up | bytes down | tau |\n|---|---|---|---|---|---|---|---|---|---|\n")
+    rows = []
+    for r in runs:
+        rows.append(f"| {METHOD_NAMES.get(r['method'], r['method'])} | {r['tokens_per_s']:.1f} | "
+                    f"{r['virtual_time_s']:.2f} | {r['server_calls']} | {r['offline_tokens']} | "
+                    f"{r['confirmed_tokens']} | {r['corrected_tokens']} | {r['bytes_up']:,} | {r['bytes_down']:,} | "
+                    f"{r['tau']:.2f} |")
+    notes = sorted({r["note"] for r in runs if r.get("note")})
+    same = len({tuple(r["token_ids"]) for r in runs}) == 1
+    tail = "\n\n" + ("All methods wrote exactly the same final text." if len(runs) > 1 and same else "")
+    if any(n.startswith(UNTRAINED_NOTE) for n in notes):
+        tail += "\n\n⚠ " + "; ".join(n for n in notes if n.startswith(UNTRAINED_NOTE))
+    return head + "\n".join(rows) + tail
+
+
+def run_methods(runtime: Runtime, prompt: str, preset_name: str, start: float, length: float, which: str,
+                max_new_tokens, progress=None) -> list[dict]:
+    """Simulate the chosen method(s) on the same prompt and network; JSON-able run dicts."""
+    report = progress or (lambda f, t: None)
+    net = network_for(preset_name, start, length)
+    n = runtime.check_max_new_tokens(max_new_tokens)
+    methods = ["ar", "eagle2", "moa"] if which == "all" else [which]
+    for m in methods:
+        runtime.check_method(m)
+    runtime.load(progress)
+    ids = runtime.prompt_ids(prompt or DEFAULT_PROMPT)
+    target = runtime.target
+    runs = []
+    for i, m in enumerate(methods):
+        report(0.1 + 0.85 * i / len(methods), f"{METHOD_NAMES[m]} over {net.name}")
+        with runtime.drafter(m) as (drafter, note):
+            run = simulate(target, m, None if m == "ar" else drafter, ids, net, n, note=note)
+        d = run.to_dict()
+        d["text"] = runtime.decode(run.token_ids)
+        runs.append(d)
+    report(1.0, "done")
+    return runs
+
+
+def texts_html(runs: list[dict], decode) -> str:
+    parts = []
+    for r in runs:
+        parts.append(f"<h4>{html.escape(METHOD_NAMES.get(r['method'], r['method']))}</h4>"
+                     + text_html(r, decode) + snapshot_html(r, decode))
+    return legend() + "".join(parts)
+
+
+def build(ctx: AppContext) -> None:
+    runtime = ctx.runtime
+    gr.Markdown(EXPLANATION)
+    with gr.Row():
+        preset_dd = gr.Dropdown([(f"{k} — {v.description.split(':')[0]}", k) for k, v in PRESETS.items()],
+                                value="4g", label="Network preset", elem_id="cs-preset")
+        method_radio = gr.Radio(METHOD_CHOICES, value="all", label="Method", elem_id="cs-method")
+    preset_info = gr.Markdown(PRESETS["4g"].description)
+    with gr.Row():
+        start = gr.Slider(0, 10, value=1.0, step=0.1, label="Link drops at (s)", elem_id="cs-drop-start")
+        length = gr.Slider(0, 10, value=2.0, step=0.1, label="Drop length (s; 0 = no drop)", elem_id="cs-drop-len")
+        max_new = gr.Slider(8, 128, value=48, step=8, label="Max new tokens")
+    prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", max_lines=4)
+    run_btn = gr.Button("Run", variant="primary", elem_id="cs-run")
+    summary = gr.Markdown(elem_id="cs-summary")
+    tokens_plot = gr.Plot(message_figure(NO_RUN), show_label=False, elem_id="cs-tokens")
+    timeline_dd = gr.Dropdown([], label="Timeline of", elem_id="cs-timeline-method")
+    timeline_plot = gr.Plot(message_figure(NO_RUN), show_label=False, elem_id="cs-timeline")
+    texts = gr.HTML(elem_id="cs-texts")
+
+    def timeline_for(runs: list[dict], method: str | None):
+        run = next((r for r in runs if r["method"] == method), runs[-1] if runs else None)
+        return timeline_figure(run) if run else message_figure(NO_RUN)
+
+    @friendly
+    def on_run(text, preset_name, which, s, ln, n, session, progress=gr.Progress()):
+        runs = run_methods(runtime, text, preset_name, s, ln, which, n, progress_reporter(progress))
+        session = dict(session or {})
+        session["client_server"] = runs
+        focus = "moa" if any(r["method"] == "moa" for r in runs) else runs[-1]["method"]
+        choices = [(METHOD_NAMES[r["method"]], r["method"]) for r in runs]
+        return (summary_markdown(runs), tokens_figure(runs), gr.update(choices=choices, value=focus),
+                timeline_for(runs, focus), texts_html(runs, runtime.decode), session)
+
+    @friendly
+    def on_timeline(method, session):
+        return timeline_for((session or {}).get("client_server") or [], method)
+
+    preset_dd.change(lambda p: PRESETS[p].description if p in PRESETS else "", [preset_dd], [preset_info],
+                     api_visibility="private")
+    run_btn.click(on_run, [prompt, preset_dd, method_radio, start, length, max_new, ctx.session],
+                  [summary, tokens_plot, timeline_dd, timeline_plot, texts, ctx.session], api_visibility="private")
+    timeline_dd.input(on_timeline, [timeline_dd, ctx.session], [timeline_plot], api_visibility="private")
