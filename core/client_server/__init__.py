@@ -6,6 +6,7 @@
     client.py    the drafter side: the protocol loop, MoA's offline drafting and the reconciliation
     sim.py       one-process runs on a virtual clock (real compute, simulated network)
     loopback.py  the real split: a server process and a client process over 127.0.0.1 (HTTP)
+    models.py    building the same target and drafter in both processes (specs: tiny, smollm2, folder, random)
     figures.py   timeline and tokens-over-time figures from a run's trace
     __main__.py  the CLI: python -m core.client_server --method moa --preset 4g --disconnect 1:3 --prompt ...
 

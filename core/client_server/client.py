@@ -53,9 +53,9 @@ class ReceivedLSA(nn.Module):
     weights are not sent (they are for the app's LSA tab only): zeros come back instead.
     """
 
-    def __init__(self, n_layers: int) -> None:
+    def __init__(self, n_layers: int, dtype: torch.dtype) -> None:
         super().__init__()
-        self.n_layers = n_layers
+        self.n_layers, self.dtype = n_layers, dtype
         self.pending: torch.Tensor | None = None
 
     def forward(self, kv: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -64,7 +64,7 @@ class ReceivedLSA(nn.Module):
             raise RuntimeError("ReceivedLSA: no vectors received for these tokens")
         self.pending = None
         att = torch.zeros(kv.shape[0], self.n_layers, self.n_layers) if need_weights else None
-        return vec, att
+        return vec.to(device=kv.device, dtype=self.dtype), att
 
 
 @contextmanager
@@ -85,7 +85,7 @@ def client_side(method: str, drafter: Drafter | None, target: Target) -> Iterato
         yield drafter, None
         return
     lsa = drafter.lsa
-    drafter.lsa = ReceivedLSA(target.n_layers)
+    drafter.lsa = ReceivedLSA(target.n_layers, next(lsa.parameters()).dtype)
     try:
         yield drafter, lsa
     finally:
@@ -219,7 +219,7 @@ class Client:
         elif self.method == "moa":
             h = t.hidden_size
             kvw = 2 * t.kv_heads * t.head_dim
-            self.drafter.lsa.pending = rows[:, :h].to(self.drafter._dtype).to(t.device)
+            self.drafter.lsa.pending = rows[:, :h]
             if self.tli:  # the true keys/values of the last N layers; the other layers are never read
                 kv = torch.zeros(n, t.n_layers, kvw, dtype=t.dtype, device=t.device)
                 kv[:, t.n_layers - self.tli:] = rows[:, h:].reshape(n, self.tli, kvw).to(t.dtype)

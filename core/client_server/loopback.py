@@ -34,7 +34,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -369,13 +369,15 @@ def run_loopback(target_spec: str, method: str, prompt_ids: Sequence[int], net: 
                  max_new_tokens: int = 48, seed: int = 0, dtype: str = "bfloat16", drafter_spec: str | None = None,
                  drafter_options: dict | None = None, stop_tokens: set[int] | None = None,
                  time_limit: float = 120.0, target: Target | None = None, drafter: Drafter | None = None,
-                 control: LinkControl | None = None, server: ServerProcess | None = None) -> RunResult:
+                 control: LinkControl | None = None, server: ServerProcess | None = None,
+                 on_start: Callable[[LoopbackEnv], None] | None = None) -> RunResult:
     """One generation split over two processes (see the module docstring).
 
     target / drafter: this process's copies (built from the specs when None; they must match the
     server's). control: a LinkControl to cut/restore the link from another thread. server: a
     running ServerProcess to reuse (started with method "moa" it serves every method); when
-    None, one is started for this run and stopped at its end.
+    None, one is started for this run and stopped at its end. on_start: called with the env just
+    before the client starts (e.g. to watch `env.trace.progress` and cut the link after the first token).
     """
     from .models import make_drafter, make_target
 
@@ -398,6 +400,8 @@ def run_loopback(target_spec: str, method: str, prompt_ids: Sequence[int], net: 
                               control)
             client = Client(method, client_drafter, target, env, list(prompt_ids), max_new_tokens, stop_tokens,
                             tli)
+            if on_start is not None:
+                on_start(env)
             out = client.run()
     finally:
         if own:
