@@ -169,13 +169,17 @@ class Target:
         return self.embed_tokens.weight.device
 
     def _fingerprint(self) -> str:
-        """A short hash of the architecture and of a sample of the weights (dtype-independent)."""
+        """A short hash of the architecture and of the signs of a sample of the weights.
+
+        Signs survive any float dtype conversion (bfloat16 keeps float32's exponent range),
+        so a drafter trained against the bfloat16 target also loads against the float32 one.
+        """
         h = hashlib.sha256()
         cfg = self.config
         h.update(f"{cfg.model_type}|{self.n_layers}|{self.hidden_size}|{self.vocab_size}|{self.kv_heads}".encode())
         for t in (self.embed_tokens.weight[:64, :64], self.layers[-1].mlp.down_proj.weight[:64, :64],
                   self.norm.weight[:64]):
-            h.update(torch.round(t.detach().float().cpu() * 64).to(torch.int32).numpy().tobytes())
+            h.update((t.detach().float().cpu() > 0).numpy().tobytes())
         return h.hexdigest()[:16]
 
     def describe(self) -> dict:

@@ -69,3 +69,17 @@ def test_cli_json_reports_the_fields():
     bad = subprocess.run([sys.executable, "-m", "core.generate", "--method", "nope", "--prompt", "hi"],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "unknown method" in bad.stderr
+
+
+def test_fingerprint_is_dtype_independent_and_shipped_drafters_load(target32):
+    from core.methods import DRAFTER_DIR, build_drafter
+
+    bf16 = load_target(dtype="bfloat16")
+    assert bf16.fingerprint == target32.fingerprint
+    if not (DRAFTER_DIR / "moa").exists():
+        pytest.skip("no shipped MoA drafter")
+    ids = target32.chat_ids(PROMPTS[2])
+    plain = generate(target32, Autoregressive(), ids, 24)
+    for method in ("moa", "medusa"):  # trained against the bfloat16 target, run here in float32
+        spec = generate(target32, build_drafter(method, target32), ids, 24)
+        assert spec.token_ids == plain.token_ids
