@@ -11,7 +11,7 @@ import sys
 
 from tqdm import tqdm
 
-from core.decoding import GenerationResult, generate_stream
+from core.decoding import generate
 from core.methods import available_methods, build_drafter
 from core.target import load_target
 from core.verify import SamplingConfig
@@ -45,23 +45,12 @@ def main(argv: list[str] | None = None) -> int:
         options = {} if args.tli is None else {"tli": args.tli}
         drafter = build_drafter(args.method, target, args.drafter, **options)
         prompt_ids = target.chat_ids(args.prompt)
-        events, tokens = [], []
-        import time
-
-        t0 = time.perf_counter()
         with tqdm(total=args.max_new_tokens, desc=args.method, unit="tok", file=sys.stderr) as bar:
-            for ev in generate_stream(target, drafter, prompt_ids, args.max_new_tokens, sampling,
-                                      record=args.trace is not None):
-                events.append(ev)
-                tokens.extend(ev.new_tokens)
-                bar.update(len(ev.new_tokens))
-        wall = time.perf_counter() - t0
+            result = generate(target, drafter, prompt_ids, args.max_new_tokens, sampling,
+                              record=args.trace is not None, hooks=[lambda ev: bar.update(len(ev.new_tokens))])
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    reason = "eos" if tokens and tokens[-1] in target.eos_token_ids else (
-        "max_new_tokens" if len(tokens) >= args.max_new_tokens else "context")
-    result = GenerationResult(tokens, target.decode(tokens), len(events), wall, events, reason)
     if args.trace:
         with open(args.trace, "w") as f:
             json.dump({"method": args.method, **result.trace()}, f)

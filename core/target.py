@@ -15,6 +15,7 @@ stream entering layer i, so `hidden[0]` is the token embedding and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -284,6 +285,21 @@ class Target:
         return TargetOutput(logits=logits, hidden=hidden, layer_kv=layer_kv)
 
 
+@contextlib.contextmanager
+def _quiet_gguf_conversion():
+    """The GGUF de-quantisation draws a bare tqdm bar that disable_progress_bar() does not reach."""
+    import functools
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
 def load_target(
     name_or_path: str | None = None,
     dtype: str | torch.dtype = "bfloat16",
@@ -314,7 +330,8 @@ def load_target(
         folder = str(name_or_path)
         source = folder
     tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, **kwargs)
+    with _quiet_gguf_conversion():
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, **kwargs)
     if model.config.model_type not in ("llama", "mistral", "qwen2"):
         raise ValueError(f"{source} is a {model.config.model_type!r} model; SpecLens runs Llama-family targets")
     if getattr(model.config, "tie_word_embeddings", False):
