@@ -124,7 +124,7 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         positions [B, T]. With a cache, the T rows are appended (causal, prefix visible);
         without one, `mask` [B, 1, T, T] gives the attention pattern. Returns stage-1, stage-2 outputs."""
         emb = self.target.embed_tokens(next_tokens).to(self.dtype)
-        x = self.fuse(torch.cat([features.to(self.dtype), emb], dim=-1))
+        x = self.fuse(torch.cat([self.to_drafter_units(features.to(self.dtype)), emb], dim=-1))
         cos, sin = self.target.rope(positions)
         cos, sin = cos.to(self.dtype), sin.to(self.dtype)
         s1, _ = decoder_layer(self.stage1, x, cos, sin, mask, cache, 0, self.head_dim)
@@ -145,7 +145,7 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         sin = torch.zeros_like(cos)                                              # comes from head_pos
         full = torch.ones(1, 1, k, k, dtype=torch.bool, device=x.device)
         y, _ = decoder_layer(self.auto_embedding, x, cos, sin, full, None, 0, self.head_dim)
-        return y.reshape(*lead, k, h)
+        return self.to_target_units(y.reshape(*lead, k, h))
 
     # ----- decoding ----------------------------------------------------------------------
     def begin(self, target: Target, prefill: Verified) -> None:

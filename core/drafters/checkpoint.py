@@ -22,6 +22,11 @@ from core.target import Target
 FORMAT_VERSION = 1
 
 
+def smooth_l1_rows(pred: torch.Tensor, true: torch.Tensor) -> torch.Tensor:
+    """SmoothL1 (beta 1) per row, averaged over the feature dimension, in float32."""
+    return torch.nn.functional.smooth_l1_loss(pred.float(), true.float(), reduction="none").mean(-1)
+
+
 class DrafterMismatchError(ValueError):
     """The drafter checkpoint was trained for a different target model."""
 
@@ -39,6 +44,11 @@ class DrafterConfig:
     n_target_layers: int = 0
     target_fingerprint: str = ""
     target_source: str = ""
+    # Target features enter the drafter divided by this and regressed features leave multiplied by it
+    # (feature losses are measured in the divided units). 1.0 = the papers. Why it exists: SmolLM2's
+    # residual stream has an RMS near 25 against 0.14 for its token embeddings, so unscaled features
+    # drown the token in `fc(embedding, feature)` and keep SmoothL1 in its L1 regime.
+    feature_scale: float = 1.0
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -130,6 +140,21 @@ class TrainedDrafter(torch.nn.Module, Drafter):
                 f"unexpected {unexpected[:4]}")
         model.checkpoint_meta = meta
         return model.to(device=target.device, dtype=target.dtype).eval()
+
+    # ----- feature units (config.feature_scale) -----------------------------------------------
+    def to_drafter_units(self, feature: torch.Tensor) -> torch.Tensor:
+        """A target feature as the drafter's layers see it."""
+        scale = self.config.feature_scale
+        return feature if scale == 1.0 else feature / scale
+
+    def to_target_units(self, feature: torch.Tensor) -> torch.Tensor:
+        """A feature the drafter regressed, back in the target's units."""
+        scale = self.config.feature_scale
+        return feature if scale == 1.0 else feature * scale
+
+    def feature_loss_rows(self, pred: torch.Tensor, true: torch.Tensor) -> torch.Tensor:
+        """SmoothL1 per row between a regressed and a true target feature, in the drafter's units."""
+        return smooth_l1_rows(self.to_drafter_units(pred.float()), self.to_drafter_units(true.float()))
 
     # ----- training interface (used by core.training) ---------------------------------------
     def training_loss(self, batch: TrainBatch, progress: float) -> tuple[torch.Tensor, dict[str, float]]:

@@ -32,7 +32,6 @@ from functools import partial
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -138,18 +137,13 @@ def check_draft_vocab_size(size: int, target: Target) -> None:
         raise ValueError(f"draft_vocab_size must be an integer in [0, {target.vocab_size}], got {size!r}")
 
 
-def smooth_l1_rows(pred: torch.Tensor, true: torch.Tensor) -> torch.Tensor:
-    """SmoothL1 (beta 1) per row, averaged over the feature dimension, in float32."""
-    return F.smooth_l1_loss(pred.float(), true.float(), reduction="none").mean(-1)
-
-
 def weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (x * w).sum() / w.sum().clamp_min(1e-6)
 
 
 def check_hyper(config_class: type[DrafterConfig], method: str, hyper: dict) -> None:
     """Raise a ValueError naming the unknown hyper-parameters (the dataclass would raise a TypeError)."""
-    base = {f.name for f in dataclasses.fields(DrafterConfig)}
+    base = {f.name for f in dataclasses.fields(DrafterConfig)} - {"feature_scale"}  # the rest come from the target
     allowed = {f.name for f in dataclasses.fields(config_class)} - base
     unknown = sorted(set(hyper) - allowed)
     if unknown:
@@ -216,7 +210,7 @@ class Eagle2Drafter(TrainedDrafter):
 
     def _fuse(self, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         emb = self.target.embed_tokens(tokens).to(self._dtype)
-        return self.fc(torch.cat([emb, feats.to(self._dtype)], dim=-1))
+        return self.fc(torch.cat([emb, self.to_drafter_units(feats.to(self._dtype))], dim=-1))
 
     def _run(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
              mask: torch.Tensor | None) -> torch.Tensor:
@@ -226,7 +220,7 @@ class Eagle2Drafter(TrainedDrafter):
         out, _ = decoder_layer(self.layer, x, cos.to(x.dtype), sin.to(x.dtype), mask, self.cache, 0,
                                self.target.head_dim)
         self.cache.commit(tokens.shape[1])
-        return out
+        return self.to_target_units(out)
 
     def _logprobs(self, feats: torch.Tensor) -> torch.Tensor:
         """Log-probs over the drafting vocabulary (indices, not token ids)."""
@@ -303,7 +297,7 @@ class Eagle2Drafter(TrainedDrafter):
         sel = w > 0
         wr = w[sel]
         true_next = feat[:, 1:]
-        l1 = smooth_l1_rows(out[sel], true_next[sel])
+        l1 = self.feature_loss_rows(out[sel], true_next[sel])
         ce, d_top, t_top = distill_terms(self.vocab, out[sel], true_next[sel])
         # pair t's distribution is of token t + 2; the last pair's lies past the data (padded with an
         # in-vocabulary token: it is never counted a miss)
@@ -314,7 +308,7 @@ class Eagle2Drafter(TrainedDrafter):
         loss = loss_feat + cfg.ce_weight * loss_ce
         metrics = {"loss": float(loss.detach()), "loss_feat": float(loss_feat.detach()),
                    "loss_ce": float(loss_ce.detach()), "acc@1": float(weighted_mean((d_top == t_top).float(), wr))}
-        if cfg.eval_depth > 1:
+        if cfg.eval_depth > 1 and not self.training:  # deeper passes only measure: skip them while training
             target_top = torch.full((b, t - 1), -1, dtype=torch.long, device=ids.device)
             target_top[sel] = t_top
             metrics.update(self._deeper_accuracy(out.detach(), kv, tokens, cos, sin, target_top, w))
@@ -331,7 +325,7 @@ class Eagle2Drafter(TrainedDrafter):
         cos, sin = cos.to(self._dtype), sin.to(self._dtype)
         out, kv = decoder_layer(self.layer, self._fuse(feats, tokens), cos, sin, None, None, 0,
                                 self.target.head_dim, return_kv=True)
-        return out, kv, cos, sin
+        return self.to_target_units(out), kv, cos, sin
 
     @torch.no_grad()
     def feedback_passes(self, out1: torch.Tensor, kv1: torch.Tensor, tokens: torch.Tensor, cos: torch.Tensor,
@@ -358,7 +352,7 @@ class Eagle2Drafter(TrainedDrafter):
             out, kv = decoder_layer(self.layer, self._fuse(feats, tokens), cos, sin, mask, None, 0, tgt.head_dim,
                                     return_kv=True, extra_kv=extra)
             keys.append(rope_kv(kv, cos, sin, tgt.kv_heads, tgt.head_dim))
-            outs.append(out)
+            outs.append(self.to_target_units(out))
         return outs[1:]
 
     @torch.no_grad()

@@ -176,8 +176,8 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
 
     def head_states(self, feature: torch.Tensor) -> torch.Tensor:
         """feature [..., H] -> head states [..., K, H] (before the final norm and LM head)."""
-        feature = feature.to(self.heads[0][0].linear.weight.dtype)
-        return torch.stack([head(feature) for head in self.heads], dim=-2)
+        feature = self.to_drafter_units(feature.to(self.heads[0][0].linear.weight.dtype))
+        return self.to_target_units(torch.stack([head(feature) for head in self.heads], dim=-2))
 
     def head_logits(self, feature: torch.Tensor) -> torch.Tensor:
         """feature [..., H] -> float32 logits [..., K, V'] over the drafting vocabulary (`self.vocab`)."""

@@ -92,7 +92,6 @@ from core.drafters.eagle2 import (
     distill_terms,
     layer_config,
     rope_kv,
-    smooth_l1_rows,
     target_tokens_in_vocab,
     weighted_mean,
 )
@@ -245,7 +244,7 @@ class MoADrafter(TrainedDrafter):
         """CA over the LSA memory, MLP, head: the predicted state (final feature, or entering layer L - N)."""
         h = sa_out + self.ca(self.ca_norm(sa_out), cos, sin, mem_k, mem_v, mask)
         h = h + self.mlp(self.mlp_norm(h))
-        return self.head(self.out_norm(h))
+        return self.to_target_units(self.head(self.out_norm(h)))
 
     def _tli(self, state: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Run the target's last N layers on predicted states [1, m, H] over the TLI cache."""
@@ -460,10 +459,10 @@ class MoADrafter(TrainedDrafter):
         sel = w > 0
         wr = w[sel]
         f_true = batch.hidden[big_l].detach()
-        loss_final = weighted_mean(smooth_l1_rows(final[sel], f_true[sel]), wr)
+        loss_final = weighted_mean(self.feature_loss_rows(final[sel], f_true[sel]), wr)
         metrics = {}
         if n:
-            loss_state = weighted_mean(smooth_l1_rows(state[sel], batch.hidden[big_l - n].detach()[sel]), wr)
+            loss_state = weighted_mean(self.feature_loss_rows(state[sel], batch.hidden[big_l - n].detach()[sel]), wr)
             loss_feat = 0.5 * loss_final + 0.5 * loss_state
             metrics["loss_state"] = float(loss_state.detach())
         else:
