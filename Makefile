@@ -78,7 +78,21 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 	--lr $(LR) --seed $(SEED) $(if $(TIME),--time-budget-min $(TIME)) $(if $(PUBLISH),--publish $(PUBLISH)) \
 	$(TRAIN_ARGS)
 
-.PHONY: train train-bg test-train _train-check
+# The shipped drafters: all six trained jointly (same batches, same optimiser steps), published to
+# assets/drafters/<name>, then benchmarked and their model cards given the measured tau. The recipe of the
+# committed checkpoints (about 2 h on the 2-core CPU; rerun the same line to resume after a stop):
+SHIPPED := eagle2,moa,moa-tli1,moa-tli3,medusa,amphista
+SHIPPED_ARGS := --warmup 40 --dtype float32 --autocast off --eval-every 250 --hyper draft_vocab_size=8192 \
+	--hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 --hyper moa.ce_weight=1.0 --hyper moa-tli1.ce_weight=1.0 \
+	--hyper moa-tli3.ce_weight=1.0
+SHIPPED_BENCH := --methods ar,pld,$(SHIPPED) --max-new-tokens 64 --per-category 1 --threads 2
+drafters: setup
+	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill STEPS=1500 BATCH_TOKENS=1024 LR=2e-3 \
+		PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS)"
+	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(SHIPPED_BENCH) --out assets/results
+	$(PY) -m analysis.cards assets/results/summary.json
+
+.PHONY: drafters train train-bg test-train _train-check
 _train-check:
 	@test -n "$(DRAFTER)$(DRAFTERS)" || { echo "usage: make train DRAFTER=moa | DRAFTERS=eagle2,moa [STEPS=..] [TIME=minutes] [PUBLISH=folder]"; exit 2; }
 

@@ -9,6 +9,7 @@ not shipped, an untrained (random) MoA drafter with that N stands in and the
 output says so: its times are real, its tau is not.
 
     python -m analysis.tli --limit 12 --max-new-tokens 64 --out runs/tli
+    python -m analysis.tli --from-summary assets/results/summary.json --out assets/results/tli   # no new run
 
 writes tli.json, tli.md (the table) and tli.html (the figure), plus the
 underlying benchmark files (answer files, summary.json, report.html).
@@ -139,6 +140,28 @@ def sweep(
     summary = run_benchmark(target, drafters, questions, out, max_new_tokens=max_new_tokens, sampling=sampling,
                             chat_ids=chat_ids, decode=decode, record=False, progress=progress,
                             meta={"drafters": {labels[n]: sources[n] for n in tli_values}, **(meta or {})})
+    return write_outputs(summary, labels, sources, notes, out)
+
+
+def from_summary(summary_path: str | Path, out_dir: str | Path) -> dict:
+    """The TLI table of an `analysis.bench` run that included moa, moa-tli1, ... (no new measurement)."""
+    summary = json.loads(Path(summary_path).read_text(encoding="utf-8"))
+    drafters = summary["config"].get("drafters", {})
+    labels = {0 if label == "moa" else int(label[len("moa-tli"):]): label for label in summary["methods"]
+              if label == "moa" or label.startswith("moa-tli")}
+    if not labels:
+        raise ValueError(f"{summary_path} has no moa or moa-tliN method")
+    labels = dict(sorted(labels.items()))
+    sources = {n: drafters.get(label, "unknown") for n, label in labels.items()}
+    notes = [f"TLI N={n}: {RANDOM_NOTE}" for n, s in sources.items() if s.startswith("random")]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return write_outputs(summary, labels, sources, notes, out)
+
+
+def write_outputs(summary: dict, labels: dict[int, str], sources: dict[int, str], notes: list[str],
+                  out: Path) -> dict:
+    """tli.json, tli.md and tli.html from a benchmark summary."""
     rows = rows_from_summary(summary, labels, sources)
     ar_tps = summary["methods"]["ar"]["overall"]["tokens_per_s"]
     result = {"rows": rows, "ar_tokens_per_s": ar_tps, "notes": notes, "config": summary["config"]}
@@ -209,9 +232,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--from-summary", metavar="SUMMARY_JSON", default=None,
+                   help="no new run: build the table from an analysis.bench summary with moa / moa-tliN methods")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     try:
+        if args.from_summary:
+            result = from_summary(args.from_summary, args.out)
+            print(tli_markdown(result["rows"], result["ar_tokens_per_s"]))
+            return 0
         from core.target import load_target
 
         qfile = args.questions or default_questions()

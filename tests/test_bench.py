@@ -159,3 +159,22 @@ def test_readme_table_cli(run, capsys):
     out, _ = run
     assert bench.main(["--readme-table", str(out / "summary.json")]) == 0
     assert "| pld |" in capsys.readouterr().out
+
+
+def test_model_cards_get_the_measured_tau(run, tmp_path):
+    from analysis import cards
+    from core.training.train import TAU_PLACEHOLDER
+
+    out, summary = run
+    (tmp_path / "oracle").mkdir()
+    card = tmp_path / "oracle" / "README.md"
+    card.write_text(f"# oracle\n\n{TAU_PLACEHOLDER}\n\n## Hyper-parameters\n")
+    (tmp_path / "pld").mkdir()
+    (tmp_path / "pld" / "README.md").write_text("# no tau line here\n")
+    assert cards.update_cards(out / "summary.json", tmp_path) == ["oracle"]
+    orc = summary["methods"]["oracle"]["overall"]
+    text = card.read_text()
+    assert TAU_PLACEHOLDER not in text and f"**tau {orc['tau']:.2f}**" in text
+    assert f"speedup {orc['speedup']:.2f}x" in text and text.endswith("## Hyper-parameters\n")
+    assert cards.update_cards(out / "summary.json", tmp_path) == ["oracle"]  # a second run replaces its own line
+    assert text == card.read_text()

@@ -38,6 +38,9 @@ def test_sweep_writes_table_and_figure(target, tmp_path):
     assert md.startswith("| TLI N |") and "Note: TLI N=0" in md
     assert (tmp_path / "tli.html").exists() and (tmp_path / "summary.json").exists()
     assert len(tli.tli_figure(res["rows"]).data) == 3
+    again = tli.from_summary(tmp_path / "summary.json", tmp_path / "derived")  # the table without a new run
+    assert again["rows"] == res["rows"] and again["notes"] == res["notes"]
+    assert (tmp_path / "derived" / "tli.md").read_text() == md
 
 
 def test_live_run(target):
