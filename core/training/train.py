@@ -839,7 +839,7 @@ def model_card(name: str, meta: dict) -> str:
         f"- data: `{data.get('path')}` ({data.get('train_records')} training / {data.get('heldout_records')} "
         f"held-out sequences, {data.get('train_tokens')} training tokens per epoch, max length "
         f"{data.get('max_len')}){'; recipe: `' + data['recipe'] + '`' if data.get('recipe') else ''}"
-        f"{' (committed copy: `assets/distill/recipe.json`)' if COMMITTED_RECIPE.exists() else ''}",
+        f"{' (committed copy: `assets/distill/recipe.json`)' if _names_other_recipe(data.get('recipe')) else ''}",
         f"- steps: {tr.get('steps')} of {tr.get('planned_steps')} planned, {tr.get('tokens')} tokens seen, "
         f"about {tr.get('batch_tokens')} tokens per batch",
         f"- optimiser: AdamW, lr {tr.get('lr')}, {tr.get('warmup')} warm-up steps, cosine to "
@@ -867,6 +867,11 @@ def model_card(name: str, meta: dict) -> str:
               "Files: `config.json`, `model.safetensors` (bfloat16), `log.jsonl` (training log), "
               "`curves.html` (loss and accuracy curves).", ""]
     return "\n".join(lines)
+
+
+def _names_other_recipe(path: str | None) -> bool:
+    """Whether a card should also point at the committed recipe (it exists and the data's recipe is another)."""
+    return COMMITTED_RECIPE.exists() and not (path and Path(path).resolve() == COMMITTED_RECIPE)
 
 
 def publish(run_folder: str | Path, dest: str | Path, name: str) -> Path:
