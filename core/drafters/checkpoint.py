@@ -62,6 +62,10 @@ class DrafterConfig:
         return cls(**data)
 
 
+# DrafterConfig fields filled from the loaded target, never set as hyper-parameters
+TARGET_FIELDS = ("hidden_size", "vocab_size", "n_target_layers", "target_fingerprint", "target_source")
+
+
 def target_fields(target: Target) -> dict:
     return {"hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
             "n_target_layers": target.n_layers, "target_fingerprint": target.fingerprint,

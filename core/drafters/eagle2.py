@@ -36,7 +36,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from core.drafters.base import TargetNeeds, Verified
-from core.drafters.checkpoint import DrafterConfig, TrainBatch, TrainedDrafter
+from core.drafters.checkpoint import TARGET_FIELDS, DrafterConfig, TrainBatch, TrainedDrafter
 from core.drafters.draft_vocab import DraftVocab
 from core.drafters.dynamic_tree import (
     DEFAULT_DEPTH,
@@ -143,8 +143,7 @@ def weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def check_hyper(config_class: type[DrafterConfig], method: str, hyper: dict) -> None:
     """Raise a ValueError naming the unknown hyper-parameters (the dataclass would raise a TypeError)."""
-    base = {f.name for f in dataclasses.fields(DrafterConfig)} - {"feature_scale"}  # the rest come from the target
-    allowed = {f.name for f in dataclasses.fields(config_class)} - base
+    allowed = {f.name for f in dataclasses.fields(config_class)} - set(TARGET_FIELDS)
     unknown = sorted(set(hyper) - allowed)
     if unknown:
         raise ValueError(f"{method} has no option {', '.join(unknown)}; options: {', '.join(sorted(allowed))}")
