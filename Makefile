@@ -73,22 +73,30 @@ SEED ?= 0
 PUBLISH ?=
 TRAIN_ARGS ?=
 TRAIN_NAME = $(if $(DRAFTERS),joint-$(subst $(comma),-,$(DRAFTERS)),$(DRAFTER))
+RUN ?= runs/$(TRAIN_NAME)
 TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS),--drafter $(DRAFTER)) \
-	--data $(DATA) --out runs/$(TRAIN_NAME) --steps $(STEPS) --batch-tokens $(BATCH_TOKENS) --max-len $(MAX_LEN) \
+	--data $(DATA) --out $(RUN) --steps $(STEPS) --batch-tokens $(BATCH_TOKENS) --max-len $(MAX_LEN) \
 	--lr $(LR) --seed $(SEED) $(if $(TIME),--time-budget-min $(TIME)) $(if $(PUBLISH),--publish $(PUBLISH)) \
 	$(TRAIN_ARGS)
 
 # The shipped drafters: all six trained jointly (same batches, same optimiser steps), published to
 # assets/drafters/<name>, then benchmarked and their model cards given the measured tau. The recipe of the
-# committed checkpoints (about 2 h on the 2-core CPU; rerun the same line to resume after a stop):
+# committed checkpoints, in two phases (rerun the same line to resume either phase after a stop):
+#   phase 1: 1,500 steps from random weights, lr 2e-3 (2.1 h on a 2-core Xeon, float32 target: faster there);
+#   phase 2: 1,200 more steps from phase 1's published weights (--init-from), lr 1e-3 re-warmed, another data
+#            order (seed 1), bfloat16 target (1.6 h on a 2-core EPYC, where bfloat16 is the faster one).
+# Every published card gives both phases (config.json: training.init_from holds phase 1's record).
 SHIPPED := eagle2,moa,moa-tli1,moa-tli3,medusa,amphista
-SHIPPED_ARGS := --warmup 40 --dtype float32 --autocast off --eval-every 250 --hyper draft_vocab_size=8192 \
-	--hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 --hyper moa.ce_weight=1.0 --hyper moa-tli1.ce_weight=1.0 \
-	--hyper moa-tli3.ce_weight=1.0
+SHIPPED_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 \
+	--hyper moa.ce_weight=1.0 --hyper moa-tli1.ce_weight=1.0 --hyper moa-tli3.ce_weight=1.0
+SHIPPED_ARGS := --warmup 40 --dtype float32 --autocast off --eval-every 250 $(SHIPPED_HYPER)
+SHIPPED_ARGS2 := --warmup 30 --dtype bfloat16 --autocast on --eval-every 200 --init-from assets/drafters $(SHIPPED_HYPER)
 SHIPPED_BENCH := --methods ar,pld,$(SHIPPED) --max-new-tokens 64 --per-category 1 --threads 2
 drafters: setup
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill STEPS=1500 BATCH_TOKENS=1024 LR=2e-3 \
-		PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS)"
+		RUN=runs/shipped-phase1 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS)"
+	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill STEPS=1200 BATCH_TOKENS=1024 LR=1e-3 SEED=1 \
+		RUN=runs/shipped-phase2 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS2)"
 	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(SHIPPED_BENCH) --out assets/results
 	$(PY) -m analysis.cards assets/results/summary.json
 
@@ -101,8 +109,8 @@ train: setup _train-check
 
 train-bg: setup _train-check
 	@mkdir -p runs
-	nohup $(TRAIN_CMD) --no-progress > runs/$(TRAIN_NAME).out 2>&1 &
-	@echo "training in the background: tail -f runs/$(TRAIN_NAME).out runs/$(TRAIN_NAME)/log.jsonl"
+	nohup $(TRAIN_CMD) --no-progress > $(RUN).out 2>&1 &
+	@echo "training in the background: tail -f $(RUN).out $(RUN)/log.jsonl"
 
 test-train: setup
 	$(PY) -m pytest tests/test_train.py -q

@@ -268,3 +268,37 @@ def test_real_drafter_smoke(tmp_path, target, name):
     loaded = spec.cls.from_pretrained(trainer.out / "final", target)
     if name in ("medusa", "amphista"):  # the static tree comes from the measured held-out accuracies
         assert meta["config"]["tree_accuracy"] and loaded.config.tree_paths == meta["config"]["tree_paths"]
+
+
+def test_init_from_published_continues_the_weights_and_the_record(tmp_path, target):
+    published = tmp_path / "assets"
+    run(target, cfg(tmp_path, name="first", steps=4, publish=str(published / "toy")))
+    first = ToyDrafter.from_pretrained(published / "toy", target)
+
+    # step 0's held-out evaluation of the continued run sees the published weights, not a fresh init
+    cont = T.Trainer(cfg(tmp_path, name="cont", steps=3, init_from=str(published)), target, records(), [toy()])
+    for k, v in first.state_dict().items():
+        torch.testing.assert_close(cont.members[0].model.state_dict()[k].float(), v.float())
+    fresh = T.Trainer(cfg(tmp_path, name="fresh", steps=3), target, records(), [toy()])
+    assert any(not torch.equal(fresh.members[0].model.state_dict()[k].float(), v.float())
+               for k, v in first.state_dict().items())
+    cont.run()
+    tr = json.loads((cont.out / "final" / "config.json").read_text())["training"]
+    assert tr["steps"] == 3 and tr["init_from"]["steps"] == 4 and tr["init_from"]["training"]["steps"] == 4
+    assert T.cumulative_training(tr)["steps"] == 7
+    first_log = (published / "toy" / "log.jsonl").read_text()
+    T.publish(cont.out, published / "toy", "toy")  # publishing over the drafter it continued keeps the old log
+    assert (published / "toy" / "log-run1.jsonl").read_text() == first_log
+    assert (published / "toy" / "curves-run1.html").exists()
+    assert (published / "toy" / "log.jsonl").read_text() == (cont.out / "log.jsonl").read_text()
+    card = (published / "toy" / "README.md").read_text()
+    assert "continued from" in card and "in all: 7 steps" in card and "log-run1.jsonl" in card
+
+
+def test_init_from_refuses_other_hyper_parameters_or_a_missing_drafter(tmp_path, target):
+    published = tmp_path / "assets"
+    run(target, cfg(tmp_path, name="first", steps=2, eval_every=0, publish=str(published / "toy")))
+    with pytest.raises(ValueError, match="noise"):
+        T.Trainer(cfg(tmp_path, name="c", init_from=str(published)), target, records(), [toy(noise=0.3)])
+    with pytest.raises(FileNotFoundError, match="other"):
+        T.Trainer(cfg(tmp_path, name="c", init_from=str(published)), target, records(), [toy("other")])

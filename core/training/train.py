@@ -359,10 +359,12 @@ class TrainConfig:
     publish: str | None = None
     restart: bool = False
     progress_bar: bool = True
+    init_from: str | None = None  # continue from published drafters: <folder>/<name> (or <folder> for one)
 
     # Arguments that change the training result: a resumed run must agree on them.
     RESULT_FIELDS = ("drafters", "target", "steps", "batch_tokens", "max_len", "lr", "lr_overrides", "warmup",
-                     "min_lr_ratio", "weight_decay", "betas", "clip", "seed", "hyper", "dtype", "autocast")
+                     "min_lr_ratio", "weight_decay", "betas", "clip", "seed", "hyper", "dtype", "autocast",
+                     "init_from")
 
     def result_args(self) -> dict:
         d = dataclasses.asdict(self)
@@ -416,6 +418,58 @@ class _Member:
     folder: Path
     window: _Window = field(default_factory=_Window)
     last_eval: dict[str, float] = field(default_factory=dict)
+    init_record: dict | None = None  # where a continued run started: the published drafter's training record
+
+
+def published_folder(root: str | Path, name: str, single: bool) -> Path:
+    """<root>/<name> when it holds a checkpoint; <root> itself when training a single drafter."""
+    root = Path(root)
+    if (root / name / "config.json").is_file():
+        return root / name
+    if single and (root / "config.json").is_file():
+        return root
+    raise FileNotFoundError(f"--init-from {root}: no published {name} drafter there "
+                            f"(expected {root / name}/config.json)")
+
+
+def init_from_published(spec: DrafterSpec, target: Target, root: str | Path, single: bool) -> TrainedDrafter:
+    """A published drafter to continue training: its weights, drafting vocabulary and feature scale.
+
+    The hyper-parameters asked for must be the ones it was built with (a continued run cannot change the
+    architecture); `checkpoint.TARGET_FIELDS` are filled from the target either way.
+    """
+    from core.drafters.checkpoint import TARGET_FIELDS
+
+    folder = published_folder(root, spec.name, single)
+    model = spec.cls.from_pretrained(folder, target)
+    have = model.config.to_json()
+    clash = {k: (v, have.get(k)) for k, v in spec.hyper.items()
+             if k not in TARGET_FIELDS and k in have and json.dumps(v) != json.dumps(have[k])}
+    if clash:
+        said = ", ".join(f"{k}={a!r} asked, {b!r} there" for k, (a, b) in clash.items())
+        raise ValueError(f"--init-from {folder}: the published {spec.name} drafter was built with other "
+                         f"hyper-parameters: {said}")
+    prior = model.checkpoint_meta.get("training", {})
+    model.init_record = {"path": str(folder), "commit": _last_commit(folder),
+                         "steps": prior.get("steps", 0), "tokens": prior.get("tokens", 0),
+                         "wall_time_s": prior.get("wall_time_s", 0.0), "training": prior}
+    return model
+
+
+def _last_commit(folder: Path) -> str | None:
+    """The git commit that last changed `folder` (None outside a git checkout or with uncommitted changes)."""
+    import subprocess
+
+    try:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", str(folder)], capture_output=True, text=True,
+                               cwd=folder, timeout=10)
+        if dirty.returncode or dirty.stdout.strip():
+            return None
+        out = subprocess.run(["git", "log", "-1", "--format=%H", "--", "."], capture_output=True, text=True,
+                             cwd=folder, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 class Trainer:
@@ -464,8 +518,11 @@ class Trainer:
         target_ids = {id(p) for p in target.hf_model.parameters()}
         self.members: list[_Member] = []
         for spec in specs:
-            model = spec.cls.random(target, seed=cfg.seed, **spec.hyper)
-            self._choose_draft_vocab(model, train)
+            if cfg.init_from:
+                model = init_from_published(spec, target, cfg.init_from, single=len(specs) == 1)
+            else:
+                model = spec.cls.random(target, seed=cfg.seed, **spec.hyper)
+                self._choose_draft_vocab(model, train)
             own = [p for p in model.parameters() if id(p) not in target_ids]
             with torch.no_grad():
                 for p in own:  # float32 master weights; the target's own modules stay as they are
@@ -481,7 +538,8 @@ class Trainer:
                 opt, lambda s: lr_factor(s, cfg.warmup, cfg.steps, cfg.min_lr_ratio))
             folder = self.out if len(specs) == 1 else self.out / spec.name
             folder.mkdir(parents=True, exist_ok=True)
-            self.members.append(_Member(spec, model, wrapped, opt, sched, folder))
+            self.members.append(_Member(spec, model, wrapped, opt, sched, folder,
+                                        init_record=getattr(model, "init_record", None)))
         self.needs = union_needs([m.model for m in self.members])
         torch.manual_seed(cfg.seed * 1_000_003 + self.acc.process_index)
         random.seed(cfg.seed)
@@ -620,6 +678,7 @@ class Trainer:
             "min_lr_ratio": cfg.min_lr_ratio, "batch_tokens": cfg.batch_tokens, "seed": cfg.seed,
             "target_dtype": cfg.dtype, "autocast": self.use_autocast,
             "joint_with": [m.spec.name for m in self.members if m is not member],
+            **({"init_from": member.init_record} if member.init_record else {}),
             "heldout": {k: round(v, 5) for k, v in member.last_eval.items()
                         if k == "loss" or k.startswith("acc") or k.startswith("loss")},
         }
@@ -846,6 +905,13 @@ def model_card(name: str, meta: dict) -> str:
         f"{tr.get('min_lr_ratio')} x lr; seed {tr.get('seed')}",
         f"- wall time: {took} on {where}, torch {hw.get('torch')}, target in {tr.get('target_dtype')}",
     ]
+    if tr.get("init_from"):
+        prior, total = tr["init_from"], cumulative_training(tr)
+        at = f" at commit {prior['commit'][:10]}" if prior.get("commit") else ""
+        lines.append(f"- continued from `{prior.get('path')}`{at} (an earlier run of {prior.get('steps')} steps, "
+                     f"{prior.get('tokens')} tokens, {prior.get('wall_time_s', 0) / 3600:.2f} h; its own recipe is "
+                     f"under `training.init_from` in config.json); in all: {total['steps']} steps, "
+                     f"{total['tokens']} tokens, {total['wall_time_s'] / 3600:.2f} h")
     if tr.get("joint_with"):
         lines.append(f"- trained jointly (same batches, same steps) with: {', '.join(tr['joint_with'])}")
     if not tr.get("complete", True):
@@ -863,10 +929,33 @@ def model_card(name: str, meta: dict) -> str:
         fitted = "fitted to the measured held-out top-k accuracies" if cfg.get("tree_accuracy") else "the prior tree"
         lines += [f"Static draft tree: {len(cfg['tree_paths'])} nodes, depth "
                   f"{max(len(p) for p in cfg['tree_paths'])}, {fitted} (`tree_paths` in config.json).", ""]
+    earlier = ""
+    if tr.get("init_from"):
+        k = _chain_length(tr) - 1
+        earlier = (f" The earlier run{'s' if k > 1 else ''}' logs and curves: "
+                   + ", ".join(f"`log-run{i}.jsonl` / `curves-run{i}.html`" for i in range(1, k + 1)) + ".")
     lines += [TAU_PLACEHOLDER, "", "## Hyper-parameters", "", "```json", json.dumps(hyper, indent=1), "```", "",
               "Files: `config.json`, `model.safetensors` (bfloat16), `log.jsonl` (training log), "
-              "`curves.html` (loss and accuracy curves).", ""]
+              f"`curves.html` (loss and accuracy curves).{earlier}", ""]
     return "\n".join(lines)
+
+
+def cumulative_training(record: dict) -> dict[str, float]:
+    """Steps, tokens and wall time of a training record plus every run it continued from."""
+    total = {"steps": 0, "tokens": 0, "wall_time_s": 0.0}
+    while record:
+        for k in total:
+            total[k] += record.get(k, 0) or 0
+        record = (record.get("init_from") or {}).get("training") or {}
+    return total
+
+
+def _chain_length(record: dict) -> int:
+    """How many runs a training record covers: 1, plus one per run it continued from."""
+    n = 1
+    while (record.get("init_from") or {}).get("training"):
+        record, n = record["init_from"]["training"], n + 1
+    return n
 
 
 def _names_other_recipe(path: str | None) -> bool:
@@ -880,6 +969,13 @@ def publish(run_folder: str | Path, dest: str | Path, name: str) -> Path:
     final = run_folder / "final"
     meta = json.loads((final / "config.json").read_text())
     dest.mkdir(parents=True, exist_ok=True)
+    prior = meta.get("training", {}).get("init_from")
+    if prior and Path(prior.get("path", "")).resolve() == dest.resolve():
+        # continuing the drafter published here: its earlier run's log and curves stay, as log-run<k>
+        k = _chain_length(prior.get("training", {}))
+        for f, ext in (("log", "jsonl"), ("curves", "html")):
+            if (dest / f"{f}.{ext}").exists():
+                (dest / f"{f}.{ext}").replace(dest / f"{f}-run{k}.{ext}")
     for f in ("config.json", "model.safetensors"):
         shutil.copy2(final / f, dest / f)
     for f in ("curves.html", "log.jsonl"):
@@ -965,6 +1061,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--publish", default=None,
                    help="copy the result to this folder (joint runs: one subfolder per drafter)")
     p.add_argument("--restart", action="store_true", help="ignore an existing train_state.pt")
+    p.add_argument("--init-from", default=None,
+                   help="continue training published drafters: a folder with one subfolder per drafter name")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -980,7 +1078,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         dtype=args.dtype, autocast=args.autocast, eval_every=args.eval_every, eval_tokens=args.eval_tokens,
         final_eval_tokens=args.final_eval_tokens, log_every=args.log_every, ckpt_every_min=args.ckpt_every_min,
         time_budget_min=args.time_budget_min, stop_at_step=args.stop_at_step, publish=args.publish,
-        restart=args.restart, progress_bar=not args.no_progress)
+        restart=args.restart, progress_bar=not args.no_progress, init_from=args.init_from)
 
 
 def load_training_target(name: str, dtype: str, device: torch.device) -> Target:
