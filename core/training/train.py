@@ -940,22 +940,21 @@ def model_card(name: str, meta: dict) -> str:
     return "\n".join(lines)
 
 
+def _runs(record: dict):
+    """A training record, then each run it continued from (training.init_from.training, recursively)."""
+    while record:
+        yield record
+        record = (record.get("init_from") or {}).get("training") or {}
+
+
 def cumulative_training(record: dict) -> dict[str, float]:
     """Steps, tokens and wall time of a training record plus every run it continued from."""
-    total = {"steps": 0, "tokens": 0, "wall_time_s": 0.0}
-    while record:
-        for k in total:
-            total[k] += record.get(k, 0) or 0
-        record = (record.get("init_from") or {}).get("training") or {}
-    return total
+    return {k: sum(r.get(k, 0) or 0 for r in _runs(record)) for k in ("steps", "tokens", "wall_time_s")}
 
 
 def _chain_length(record: dict) -> int:
     """How many runs a training record covers: 1, plus one per run it continued from."""
-    n = 1
-    while (record.get("init_from") or {}).get("training"):
-        record, n = record["init_from"]["training"], n + 1
-    return n
+    return max(1, sum(1 for _ in _runs(record)))
 
 
 def _names_other_recipe(path: str | None) -> bool:
