@@ -12,6 +12,7 @@ from core.training.datagen import (
     COLUMNS,
     GenConfig,
     build_recipe,
+    combine_runs,
     export_compact,
     generate_batch,
     is_sampled,
@@ -136,6 +137,31 @@ def test_generation_resume_merge_and_compact(target, tmp_path):
     assert recipe["tokens"]["answer_total"] == sum(len(r["answer_ids"]) for r in rows)
     assert recipe["settings"]["max_new_tokens"] == cfg.max_new_tokens
     json.dumps(recipe)
+
+
+def test_combine_pools_finished_shards_of_several_runs(target, tmp_path):
+    """Runs stopped by a deadline contribute their whole shards; the pooled data keeps every record."""
+    full, cut = tmp_path / "seed0", tmp_path / "seed1"
+    run_generation(target, make_items(10, seed=0), full, config(), progress=False)
+    run_generation(target, make_items(10, seed=1), cut, config(seed=1), progress=False)
+    shard_path(cut, 1).unlink()  # as if the deadline struck during the second shard
+    (cut / "shards" / "shard-00001.jsonl.tmp7").write_text('{"_meta"')
+    recipe = combine_runs([full, cut], tmp_path / "pooled")
+    _, kept = read_shard(shard_path(cut, 0))
+    assert recipe["counts"]["prompts"] == 10 + len(kept) == 15
+    assert [(r["shards_finished"], r["shards_planned"]) for r in recipe["runs"]] == [(2, 2), (1, 2)]
+    assert recipe["runs"][1]["settings"]["seed"] == 1
+    again = combine_runs([full, full], tmp_path / "twice")
+    assert again["counts"]["prompts"] == 10 and again["runs"][1]["repeated_prompts_dropped"] == 10
+    pooled = load_distill(tmp_path / "pooled")
+    assert pooled == load_distill(tmp_path / "pooled" / "distill.npz")
+    assert sum(len(r["answer_ids"]) for r in pooled) == recipe["tokens"]["answer_total"]
+    assert json.loads((tmp_path / "pooled" / "recipe.json").read_text()) == recipe
+    empty = tmp_path / "empty"
+    run_generation(target, make_items(3, seed=2), empty, config(shard_size=5), progress=False)
+    shard_path(empty, 0).unlink()
+    with pytest.raises(FileNotFoundError, match="no finished shard"):
+        combine_runs([full, empty], tmp_path / "bad")
 
 
 def test_plan_groups_by_mode_category_and_length():

@@ -236,6 +236,26 @@ def test_cli_parsing_and_tiny_run(tmp_path, monkeypatch):
     assert meta["config"]["noise"] == 0.1 and meta["training"]["lr"] == 2e-3
 
 
+def test_steps_auto_fills_the_time_budget_and_completes(tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "load_records", lambda path: records())
+    monkeypatch.setattr(T, "resolve_spec", lambda name, hyper=None: T.DrafterSpec(name, ToyDrafter, hyper or {}))
+    out = tmp_path / "auto"
+    args = ["--drafter", "toy", "--target", "tiny", "--dtype", "float32", "--out", str(out), "--steps", "auto",
+            "--time-budget-min", "0.05", "--warmup", "30", "--batch-tokens", "64", "--max-len", "32",
+            "--eval-every", "50", "--eval-tokens", "100", "--final-eval-tokens", "100", "--no-progress",
+            "--publish", str(tmp_path / "pub")]
+    T.main(args)
+    meta = json.loads((tmp_path / "pub" / "config.json").read_text())["training"]
+    assert meta["complete"] and meta["steps"] == meta["planned_steps"] > T.FIT_AFTER_STEPS + 2
+    assert meta["wall_time_s"] < 0.05 * 60 * 1.5
+    state = torch.load(out / T.STATE_FILE, weights_only=False)
+    assert state["args"]["steps"] == meta["steps"], "the fitted total is what a resume must agree on"
+    with pytest.raises(SystemExit, match="needs --time-budget-min"):
+        T.main([a for a in args if a not in ("--time-budget-min", "0.05")])
+    with pytest.raises(SystemExit, match="whole number or 'auto'"):
+        T.main(["--drafter", "toy", "--steps", "many", "--out", str(tmp_path / "x")])
+
+
 def test_names_resolve():
     assert T.parse_lr("3e-4,medusa=1e-3") == (3e-4, {"medusa": 1e-3})
     assert T.parse_hyper(["noise=0.1", "b.depth=4"], ["a", "b"]) == {"a": {"noise": 0.1}, "b": {"noise": 0.1,

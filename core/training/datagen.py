@@ -327,14 +327,22 @@ def run_generation(target, items: Sequence[dict], out_dir: str | Path, cfg: GenC
 # Merging, export, loading
 # ------------------------------------------------------------------------------------------
 
-def collect_records(out_dir: str | Path) -> tuple[list[dict], list[dict]]:
-    """All shard records of a run (every planned shard must exist) and the shard metas."""
+def collect_records(out_dir: str | Path, partial: bool = False) -> tuple[list[dict], list[dict]]:
+    """All shard records of a run and the shard metas.
+
+    Every planned shard must exist, unless `partial`: then the finished ones are taken (a run
+    stopped by a deadline still yields whole, valid shards).
+    """
     out = Path(out_dir)
+    if not (out / "plan.json").exists():
+        raise FileNotFoundError(f"{out} is not a generation run (no plan.json)")
     plan = json.loads((out / "plan.json").read_text())
     records, metas = [], []
     for i, h in enumerate(plan["shard_hashes"]):
         path = shard_path(out, i)
         if not _shard_done(path, h):
+            if partial:
+                continue
             raise FileNotFoundError(f"shard {i} is missing or stale: {path}")
         meta, recs = read_shard(path)
         metas.append(meta)
@@ -360,10 +368,16 @@ def _features():
 
 def merge_shards(out_dir: str | Path) -> Path:
     """Merge all shards into a `datasets` Arrow dataset at <out_dir>/dataset (replaced atomically)."""
+    records, _ = collect_records(out_dir)
+    return save_dataset(records, out_dir)
+
+
+def save_dataset(records: list[dict], out_dir: str | Path) -> Path:
+    """Write records as a `datasets` Arrow dataset at <out_dir>/dataset (replaced atomically)."""
     from datasets import Dataset
 
     out = Path(out_dir)
-    records, _ = collect_records(out)
+    out.mkdir(parents=True, exist_ok=True)
     ds = Dataset.from_dict({c: [r[c] for r in records] for c in COLUMNS}, features=_features())
     tmp = out / "dataset.tmp"
     if tmp.exists():
@@ -376,14 +390,14 @@ def merge_shards(out_dir: str | Path) -> Path:
     return final
 
 
-def export_compact(dataset_dir: str | Path, out_path: str | Path) -> Path:
-    """Write every record as compressed arrays in one .npz (a few MB for the full run).
+def export_compact(source: str | Path | list[dict], out_path: str | Path) -> Path:
+    """Write every record (of a dataset folder, or a list) as compressed arrays in one .npz (a few MB).
 
     Arrays: tokens (uint16, prompt then answer of each record, concatenated), offsets
     (int64, n+1 record boundaries into tokens), prompt_lens (int32), prompt_id / category /
     split (unicode), temperature (float64), finished (bool), meta (a JSON string).
     """
-    records = load_distill(dataset_dir)
+    records = source if isinstance(source, list) else load_distill(source)
     seqs = [r["prompt_ids"] + r["answer_ids"] for r in records]
     lengths = np.array([len(s) for s in seqs], dtype=np.int64)
     tokens = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=int(lengths.sum()))
@@ -458,21 +472,29 @@ def load_distill(path_or_dir: str | Path, split: str | None = None) -> list[dict
 def build_recipe(out_dir: str | Path, cfg: GenConfig, target_info: dict | None = None, dtype: str = "bfloat16",
                  extra: dict | None = None) -> dict:
     records, metas = collect_records(out_dir)
+    recipe = {"what": "self-distillation data: SmolLM2-135M-Instruct answering core.training.prompts.training_prompts",
+              "date": _dt.date.today().isoformat(), **_record_stats(records),
+              "settings": {**asdict(cfg), "dtype": dtype, "decoding": "greedy, or sampled (temperature, top_p, "
+                           "top_k off) for a share of prompts chosen by a hash of prompt_id",
+                           "heldout_share": HELDOUT_SHARE},
+              "time": _shard_times(metas, sum(len(r["answer_ids"]) for r in records)),
+              "hardware": _hardware(), "target": target_info}
+    if extra:
+        recipe.update(extra)
+    return recipe
+
+
+def _record_stats(records: list[dict]) -> dict:
+    """The counts and token statistics of a recipe."""
     ans = [len(r["answer_ids"]) for r in records]
     prompt_tokens = [len(r["prompt_ids"]) for r in records]
-    finished_at = sorted(m["finished_at"] for m in metas)
-    starts = [_dt.datetime.fromisoformat(m["finished_at"]) - _dt.timedelta(seconds=m["seconds"]) for m in metas]
-    wall = (max(_dt.datetime.fromisoformat(t) for t in finished_at) - min(starts)).total_seconds() if metas else 0.0
-    import transformers
-
-    recipe = {
-        "what": "self-distillation data: SmolLM2-135M-Instruct answering core.training.prompts.training_prompts",
-        "date": _dt.date.today().isoformat(),
+    sampled = sum(1 for r in records if r["temperature"] > 0)
+    return {
         "counts": {
             "prompts": len(records),
             "per_category": dict(sorted(Counter(r["category"] for r in records).items())),
-            "sampled": sum(1 for r in records if r["temperature"] > 0),
-            "sampled_share": round(sum(1 for r in records if r["temperature"] > 0) / max(len(records), 1), 4),
+            "sampled": sampled,
+            "sampled_share": round(sampled / max(len(records), 1), 4),
             "finished": sum(1 for r in records if r["finished"]),
             "heldout": sum(1 for r in records if r["split"] == "heldout"),
         },
@@ -483,23 +505,68 @@ def build_recipe(out_dir: str | Path, cfg: GenConfig, target_info: dict | None =
             "answer_median": statistics.median(ans) if ans else 0,
             "prompt_mean": round(statistics.mean(prompt_tokens), 1) if prompt_tokens else 0,
         },
-        "settings": {**asdict(cfg), "dtype": dtype, "decoding": "greedy, or sampled (temperature, top_p, top_k off) "
-                     "for a share of prompts chosen by a hash of prompt_id", "heldout_share": HELDOUT_SHARE},
-        "time": {
-            "generation_seconds": round(sum(m["seconds"] for m in metas), 1),
-            "wall_seconds": round(wall, 1),
-            "first_shard_finished": finished_at[0] if finished_at else None,
-            "last_shard_finished": finished_at[-1] if finished_at else None,
-            "answer_tokens_per_second": round(sum(ans) / max(wall, 1e-9), 1),
-        },
-        "hardware": {"cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                     "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-                     "transformers": transformers.__version__, "python": platform.python_version(),
-                     "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
-        "target": target_info,
     }
-    if extra:
-        recipe.update(extra)
+
+
+def _shard_times(metas: list[dict], answer_tokens: int) -> dict:
+    """Generation time of a run from its shard metas (wall: first shard start to last shard end)."""
+    finished_at = sorted(m["finished_at"] for m in metas)
+    starts = [_dt.datetime.fromisoformat(m["finished_at"]) - _dt.timedelta(seconds=m["seconds"]) for m in metas]
+    wall = (max(_dt.datetime.fromisoformat(t) for t in finished_at) - min(starts)).total_seconds() if metas else 0.0
+    return {
+        "generation_seconds": round(sum(m["seconds"] for m in metas), 1),
+        "wall_seconds": round(wall, 1),
+        "first_shard_finished": finished_at[0] if finished_at else None,
+        "last_shard_finished": finished_at[-1] if finished_at else None,
+        "answer_tokens_per_second": round(answer_tokens / max(wall, 1e-9), 1),
+    }
+
+
+def _hardware() -> dict:
+    import transformers
+
+    return {"cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "transformers": transformers.__version__, "python": platform.python_version(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def combine_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict:
+    """Pool the finished shards of several generation runs (e.g. one per prompt seed) into one dataset.
+
+    Writes <out_dir>/dataset (Arrow), <out_dir>/distill.npz and <out_dir>/recipe.json, whose
+    "runs" list gives each run's settings, how many of its planned shards were finished and
+    its generation time. Returns the recipe. A run cut short by a deadline contributes its
+    whole shards only; a run with no finished shard is an error (nothing would say it ran).
+    A prompt that an earlier run already answered (same token ids) is dropped.
+    """
+    out = Path(out_dir)
+    records, runs, seen = [], [], set()
+    for run in run_dirs:
+        recs, metas = collect_records(run, partial=True)
+        if not recs:
+            raise FileNotFoundError(f"{run} has no finished shard")
+        plan = json.loads((Path(run) / "plan.json").read_text())
+        n_all = len(recs)
+        # Prompt seeds can draw the same prompt twice: keep its first answer, so that no prompt is in
+        # both splits (its copies may have different ids) and greedy answers are not doubled.
+        recs = [r for r in recs if tuple(r["prompt_ids"]) not in seen]
+        seen.update(tuple(r["prompt_ids"]) for r in recs)
+        runs.append({"folder": str(run), "settings": plan["config"], "shards_finished": len(metas),
+                     "shards_planned": len(plan["shard_hashes"]), "records": len(recs),
+                     "repeated_prompts_dropped": n_all - len(recs),
+                     "answer_tokens": sum(len(r["answer_ids"]) for r in recs),
+                     "time": _shard_times(metas, sum(len(r["answer_ids"]) for r in recs))})
+        records += recs
+    npz = export_compact(records, out / "distill.npz")  # first: the trainer needs only this
+    save_dataset(records, out)
+    recipe = {"what": "self-distillation data: SmolLM2-135M-Instruct answering core.training.prompts.training_prompts "
+                      "for several prompt seeds, pooled",
+              "date": _dt.date.today().isoformat(), **_record_stats(records),
+              "settings": {"heldout_share": HELDOUT_SHARE, "decoding": "per run, see runs[].settings"},
+              "runs": runs, "hardware": _hardware(),
+              "compact_export": {"file": npz.name, "bytes": npz.stat().st_size}}
+    _atomic_write_text(out / "recipe.json", json.dumps(recipe, indent=2) + "\n")
     return recipe
 
 
@@ -581,7 +648,18 @@ def main(argv: Iterable[str] | None = None) -> None:
                     help="where to copy recipe.json (default: assets/distill/recipe.json for a full run, "
                          "nowhere with --limit; 'none' to skip)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--combine", nargs="+", default=None, metavar="RUN",
+                    help="pool the finished shards of these run folders into --out (dataset, distill.npz, "
+                         "recipe.json) instead of generating")
     args = ap.parse_args(argv)
+    if args.combine:
+        recipe = combine_runs(args.combine, args.out)
+        if args.recipe and args.recipe != "none":
+            Path(args.recipe).parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write_text(Path(args.recipe), json.dumps(recipe, indent=2) + "\n")
+        print(f"combined {len(args.combine)} runs into {args.out}: {recipe['counts']['prompts']} records, "
+              f"{recipe['tokens']['answer_total']} answer tokens")
+        return
 
     from core.target import load_target
     from core.training.prompts import training_prompts

@@ -78,6 +78,9 @@ STATE_FILE = "train_state.pt"
 STATE_VERSION = 1
 PACK_WINDOW = 512
 EVAL_SEED = 1234
+FIT_AFTER_STEPS = 20  # --steps auto: steps timed before the total is fixed
+FIT_SAFETY = 0.92  # --steps auto: share of the time left that the fitted steps may use
+AUTO_PLACEHOLDER_STEPS = 10**9  # the total before it is fitted (only warm-up happens by then)
 EVAL_SHUFFLE_SEED = 0  # the held-out subset is the same whatever the training seed
 COMMITTED_RECIPE = Path(__file__).resolve().parents[2] / "assets" / "distill" / "recipe.json"
 TAU_PLACEHOLDER = "tau on the evaluation prompts: see assets/results"
@@ -360,6 +363,7 @@ class TrainConfig:
     restart: bool = False
     progress_bar: bool = True
     init_from: str | None = None  # continue from published drafters: <folder>/<name> (or <folder> for one)
+    fit_steps: bool = False  # --steps auto: fix `steps` after FIT_AFTER_STEPS timed steps to fill the time budget
 
     # Arguments that change the training result: a resumed run must agree on them.
     RESULT_FIELDS = ("drafters", "target", "steps", "batch_tokens", "max_len", "lr", "lr_overrides", "warmup",
@@ -586,6 +590,8 @@ class Trainer:
         state = torch.load(self.state_path, map_location="cpu", weights_only=False)  # RNG states must stay on CPU
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"{self.state_path} has format version {state.get('version')}, expected {STATE_VERSION}")
+        if self.cfg.fit_steps:  # a fitted run resumes with the total it fixed
+            self.cfg.steps = int(state["args"]["steps"])
         now = self.cfg.result_args()
         if state["args"] != now:
             diff = sorted(k for k in now if state["args"].get(k) != now[k])
@@ -651,6 +657,29 @@ class Trainer:
                     m.model.train()
         return {name: w.means() for name, w in sums.items()}
 
+    def _fit_steps(self, timed_steps: int, timed_s: float) -> None:
+        """--steps auto: fix the total so that training, evaluations and the final export fit the budget.
+
+        Warm-up is longer than FIT_AFTER_STEPS, so the schedule has not used the total yet.
+        """
+        cfg = self.cfg
+        per_step = timed_s / max(1, timed_steps)
+        eval_s = self.eval_seconds or 0.0
+        final_eval_s = eval_s * max(1.0, cfg.final_eval_tokens / max(1, cfg.eval_tokens))
+        left = 60 * cfg.time_budget_min - (time.time() - self.session_start)
+        usable = FIT_SAFETY * left - final_eval_s - 2 * self.export_seconds
+        per_step_all = per_step + (eval_s / cfg.eval_every if cfg.eval_every > 0 else 0.0)
+        more = max(1, int(usable / per_step_all))
+        fitted = torch.tensor([self.step + more], device=self.device)
+        if self.world > 1:
+            from accelerate.utils import broadcast
+
+            fitted = broadcast(fitted, from_process=0)
+        cfg.steps = int(fitted.item())  # may end inside warm-up: the budget wins
+        if self.main:
+            print(f"\n[train] --steps auto: {per_step * 1000:.0f} ms/step, eval {eval_s:.1f} s; "
+                  f"training runs to step {cfg.steps}", file=sys.stderr)
+
     def _progress(self) -> float:
         return min(1.0, self.step / max(1, self.cfg.steps))
 
@@ -662,6 +691,8 @@ class Trainer:
             return
         t0 = time.time()
         results = self.evaluate(batches)
+        if not final:
+            self.eval_seconds = time.time() - t0
         n_tok = sum(len(self.heldout_seqs.ids[i]) for b in batches for i in b)
         for m in self.members:
             m.last_eval = results[m.spec.name]
@@ -706,9 +737,11 @@ class Trainer:
                 write_curves(log, m.folder / "curves.html", title=f"{m.spec.name} training")
 
     def checkpoint(self, complete: bool = False) -> None:
+        t0 = time.time()
         self.save_state()
         self.export(complete)
         self.last_ckpt = time.time()
+        self.export_seconds = self.last_ckpt - t0
 
     # ----- the loop ------------------------------------------------------------------------
     def _flags(self, ckpt: bool, stop: bool) -> tuple[bool, bool]:
@@ -781,14 +814,25 @@ class Trainer:
         if self.main and cfg.progress_bar:
             from tqdm import tqdm
 
-            bar = tqdm(total=cfg.steps, initial=self.step, desc="train", file=sys.stderr, dynamic_ncols=True)
+            bar = tqdm(total=None if cfg.steps == AUTO_PLACEHOLDER_STEPS else cfg.steps, initial=self.step, desc="train", file=sys.stderr, dynamic_ncols=True)
         window_start, window_tokens = time.time(), 0
+        self.eval_seconds, self.export_seconds = None, 5.0
         try:
             if self.step == 0 and cfg.eval_every > 0 and self.step < cfg.steps:
                 self._run_eval()
+            fitting = cfg.fit_steps and cfg.steps == AUTO_PLACEHOLDER_STEPS
+            fit_from, fit_t0 = self.step + 2, None  # skip two steps of one-off start-up cost
             while self.step < cfg.steps:
+                if fitting and self.step == fit_from:
+                    fit_t0 = time.time()
                 tok_before = self.tokens
                 self.train_step()
+                if fitting and fit_t0 is not None and self.step == fit_from + FIT_AFTER_STEPS:
+                    self._fit_steps(FIT_AFTER_STEPS, time.time() - fit_t0)
+                    fitting = False
+                    if bar is not None:
+                        bar.total = cfg.steps
+                        bar.refresh()
                 window_tokens += self.tokens - tok_before
                 if bar is not None:
                     bar.update(1)
@@ -1037,7 +1081,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default="data/distill/dataset", help="distillation data (Arrow folder or .npz)")
     p.add_argument("--out", default=None, help="run folder (default runs/<name>, or runs/joint-<names>)")
     p.add_argument("--target", default="smollm2", help="target model ('smollm2', a folder, or 'tiny' for tests)")
-    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--steps", default="1000",
+                   help="optimiser steps, or 'auto' (needs --time-budget-min): timed after a few steps, then "
+                        "fixed so that training, evaluations and export end inside the budget")
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--max-len", type=int, default=512)
     p.add_argument("--lr", default="3e-4", help="learning rate, optionally with overrides: 3e-4,medusa=1e-3")
@@ -1070,8 +1116,18 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     names = [args.drafter] if args.drafter else [n.strip() for n in args.drafters.split(",") if n.strip()]
     lr, over = parse_lr(args.lr)
     out = args.out or ("runs/" + (names[0] if len(names) == 1 else "joint-" + "-".join(names)))
+    fit_steps = str(args.steps).strip().lower() == "auto"
+    if fit_steps and not args.time_budget_min:
+        raise SystemExit("--steps auto needs --time-budget-min (the time the fitted steps must fit in)")
+    try:
+        steps = AUTO_PLACEHOLDER_STEPS if fit_steps else int(args.steps)
+    except ValueError:
+        raise SystemExit(f"--steps must be a whole number or 'auto', not {args.steps!r}") from None
+    if steps < 1:
+        raise SystemExit("--steps must be at least 1")
     return TrainConfig(
-        drafters=names, out=out, data=args.data, target=args.target, steps=args.steps, batch_tokens=args.batch_tokens,
+        drafters=names, out=out, data=args.data, target=args.target, steps=steps, fit_steps=fit_steps,
+        batch_tokens=args.batch_tokens,
         max_len=args.max_len, lr=lr, lr_overrides=over, warmup=args.warmup, min_lr_ratio=args.min_lr_ratio,
         weight_decay=args.weight_decay, clip=args.clip, seed=args.seed, hyper=parse_hyper(args.hyper, names),
         dtype=args.dtype, autocast=args.autocast, eval_every=args.eval_every, eval_tokens=args.eval_tokens,
