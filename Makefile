@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PORT ?= 7860
 
-.PHONY: setup browser app test test-app test-fast lint data train bench clean-venv
+.PHONY: setup browser app test test-app test-fast lint data data-v2 train bench clean-venv
 
 setup: $(STAMP)
 
@@ -44,6 +44,15 @@ clean-venv:
 DATAGEN_ARGS ?= --batch-size 48 --shard-size 96 --max-new-tokens 96 --workers 2
 data: setup
 	$(PY) -m core.training.datagen --out data/distill $(DATAGEN_ARGS)
+
+# More data: new prompts (prompt seed 1), answers up to 128 tokens, pooled with assets/distill into
+# assets/distill_v2 (resumable; a run stopped early contributes its finished shards, as its recipe says).
+data-v2: setup
+	$(PY) -m core.training.datagen --out data/distill-s1 --seed 1 --max-new-tokens 128 --batch-size 48 \
+		--shard-size 96 --workers 2 --recipe none
+	$(PY) -m core.training.datagen --combine assets/distill/distill.npz data/distill-s1 --out data/distill-v2 \
+		--recipe assets/distill_v2/recipe.json
+	cp data/distill-v2/distill.npz assets/distill_v2/distill.npz
 
 # The benchmark on the project's evaluation prompts (Spec-Bench format); see README for the committed run.
 BENCH_ARGS ?= --methods ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista --max-new-tokens 96

@@ -111,7 +111,7 @@ FIGURES = (speedup_figure, tau_figure, acceptance_curves_figure, time_breakdown_
 
 def readme_table(summary: dict, categories: bool = True) -> str:
     """Markdown: one row per method (overall numbers), then speedup (tau) per category."""
-    depth_cols = 3
+    depth_cols = 4  # per-position acceptance at depths 1-4
     head = ["method", "tokens/s", "speedup", "tau", "ideal speedup", "draft ms/cycle", "verify ms/cycle"]
     head += [f"acc@{i}" for i in range(1, depth_cols + 1)] + ["same as ar"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -31,8 +31,8 @@ DISTILL = Path(__file__).resolve().parent.parent / "assets" / "distill"
 # (method, label suffix, options): dynamic trees as (depth, top_k, total_tokens), static trees by size
 GRID: list[tuple[str, str, dict]] = (
     [(m, f"d{d}k{k}n{n}", {"depth": d, "top_k": k, "total_tokens": n}) for m in ("eagle2", "moa")
-     for d, k, n in ((4, 8, 16), (5, 8, 24), (6, 8, 32), (6, 10, 48))]
-    + [(m, f"n{n}", {"tree_size": n}) for m in ("medusa", "amphista") for n in (8, 16, 24, 32)])
+     for d, k, n in ((4, 8, 16), (5, 8, 24), (6, 8, 32), (6, 10, 48), (7, 10, 64))]
+    + [(m, f"n{n}", {"tree_size": n}) for m in ("medusa", "amphista") for n in (8, 16, 24, 32, 48, 64)])
 
 
 def heldout_prompts(count: int, seed: int = 0, data: str | Path = DISTILL) -> tuple[list[dict], Callable]:
@@ -109,15 +109,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--methods", default=None, help="comma-separated: sweep only these methods' settings")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
+    grid = GRID
+    if args.methods:
+        wanted = {m.strip() for m in args.methods.split(",") if m.strip()}
+        unknown = wanted - {m for m, _, _ in GRID}
+        if unknown:
+            p.error(f"no sweep settings for {', '.join(sorted(unknown))}; the grid has "
+                    f"{', '.join(sorted({m for m, _, _ in GRID}))}")
+        grid = [g for g in GRID if g[0] in wanted]
     from core.target import load_target
 
     if args.threads:
         torch.set_num_threads(args.threads)
     target = load_target(None, args.dtype, "cpu")
     questions, chat_ids = heldout_prompts(args.prompts)
-    result = sweep(target, questions, chat_ids, args.out, args.max_new_tokens)
+    result = sweep(target, questions, chat_ids, args.out, args.max_new_tokens, grid=grid)
     print(sweep_markdown(result["rows"], result["ar_tokens_per_s"]))
     return 0
 

@@ -151,6 +151,9 @@ def test_combine_pools_finished_shards_of_several_runs(target, tmp_path):
     assert recipe["counts"]["prompts"] == 10 + len(kept) == 15
     assert [(r["shards_finished"], r["shards_planned"]) for r in recipe["runs"]] == [(2, 2), (1, 2)]
     assert recipe["runs"][1]["settings"]["seed"] == 1
+    grown = combine_runs([tmp_path / "pooled" / "distill.npz", full], tmp_path / "grown")  # earlier data + a run
+    assert grown["counts"]["prompts"] == 15 and grown["runs"][0]["recipe"]["counts"]["prompts"] == 15
+    assert grown["runs"][1]["repeated_prompts_dropped"] == 10
     again = combine_runs([full, full], tmp_path / "twice")
     assert again["counts"]["prompts"] == 10 and again["runs"][1]["repeated_prompts_dropped"] == 10
     pooled = load_distill(tmp_path / "pooled")

@@ -101,6 +101,9 @@ def test_eval_file_format():
 def test_eval_disjoint_from_training(prompts):
     assert_disjoint(prompts, EVAL)
     assert_disjoint(prompts, SMOKE)
+    seed1 = training_prompts(seed=1)  # the prompts of assets/distill_v2's second run
+    assert_disjoint(seed1, EVAL)
+    assert_disjoint(seed1, SMOKE)
 
 
 def test_disjoint_check_catches_overlap(prompts, tmp_path):

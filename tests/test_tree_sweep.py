@@ -35,3 +35,12 @@ def test_sweep_rows_and_files(tmp_path):
     assert json.loads((tmp_path / "sweep.json").read_text())["rows"] == res["rows"]
     md = (tmp_path / "sweep.md").read_text()
     assert md.startswith("| method | tree |") and "num_draft_tokens=6" in md and "Plain decoding" in md
+
+
+def test_methods_filter_refuses_unknown_names(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        tree_sweep.main(["--methods", "medusa,nope", "--out", str(tmp_path)])
+    assert "no sweep settings for nope" in capsys.readouterr().err
+    assert {m for m, _, _ in tree_sweep.GRID} == {"eagle2", "moa", "medusa", "amphista"}

@@ -531,8 +531,19 @@ def _hardware() -> dict:
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
+def _find_recipe_near(data: str | Path) -> Path | None:
+    p = Path(data)
+    for cand in ((p / "recipe.json"), p.parent / "recipe.json", p.parent.parent / "recipe.json"):
+        if cand.is_file():
+            return cand
+    return None
+
+
 def combine_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict:
     """Pool the finished shards of several generation runs (e.g. one per prompt seed) into one dataset.
+
+    An entry may also be earlier data (a distill.npz, an Arrow folder or a folder holding one):
+    its records are taken whole and its recipe.json, if one lies beside it, is kept in "runs".
 
     Writes <out_dir>/dataset (Arrow), <out_dir>/distill.npz and <out_dir>/recipe.json, whose
     "runs" list gives each run's settings, how many of its planned shards were finished and
@@ -543,6 +554,17 @@ def combine_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict:
     out = Path(out_dir)
     records, runs, seen = [], [], set()
     for run in run_dirs:
+        if not (Path(run) / "plan.json").exists():  # earlier pooled or exported data, with its recipe
+            recs = load_distill(run)
+            n_all = len(recs)
+            recs = [r for r in recs if tuple(r["prompt_ids"]) not in seen]
+            seen.update(tuple(r["prompt_ids"]) for r in recs)
+            recipe_file = _find_recipe_near(run)
+            runs.append({"data": str(run), "records": len(recs), "repeated_prompts_dropped": n_all - len(recs),
+                         "answer_tokens": sum(len(r["answer_ids"]) for r in recs),
+                         "recipe": json.loads(recipe_file.read_text()) if recipe_file else None})
+            records += recs
+            continue
         recs, metas = collect_records(run, partial=True)
         if not recs:
             raise FileNotFoundError(f"{run} has no finished shard")

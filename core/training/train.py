@@ -814,7 +814,8 @@ class Trainer:
         if self.main and cfg.progress_bar:
             from tqdm import tqdm
 
-            bar = tqdm(total=None if cfg.steps == AUTO_PLACEHOLDER_STEPS else cfg.steps, initial=self.step, desc="train", file=sys.stderr, dynamic_ncols=True)
+            total = None if cfg.steps == AUTO_PLACEHOLDER_STEPS else cfg.steps
+            bar = tqdm(total=total, initial=self.step, desc="train", file=sys.stderr, dynamic_ncols=True)
         window_start, window_tokens = time.time(), 0
         self.eval_seconds, self.export_seconds = None, 5.0
         try:
