@@ -675,7 +675,10 @@ def main(argv: Iterable[str] | None = None) -> None:
                          "recipe.json) instead of generating")
     args = ap.parse_args(argv)
     if args.combine:
-        recipe = combine_runs(args.combine, args.out)
+        try:
+            recipe = combine_runs(args.combine, args.out)
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"datagen --combine: {e}") from None
         if args.recipe and args.recipe != "none":
             Path(args.recipe).parent.mkdir(parents=True, exist_ok=True)
             _atomic_write_text(Path(args.recipe), json.dumps(recipe, indent=2) + "\n")
