@@ -531,12 +531,29 @@ def _hardware() -> dict:
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
-def _find_recipe_near(data: str | Path) -> Path | None:
+def find_recipe(data: str | Path) -> Path | None:
+    """The recipe.json written next to generated data (in its folder, or beside the .npz / dataset)."""
     p = Path(data)
-    for cand in ((p / "recipe.json"), p.parent / "recipe.json", p.parent.parent / "recipe.json"):
+    for cand in (p / "recipe.json", p.parent / "recipe.json"):
         if cand.is_file():
             return cand
     return None
+
+
+def _first_answers(records: list[dict], seen: set) -> list[dict]:
+    """The records whose prompt (token ids) is not in `seen`; adds their prompts to it.
+
+    Prompt seeds can draw the same prompt twice: keeping its first answer means no prompt lands in
+    both splits (its copies may have different ids) and greedy answers are not doubled.
+    """
+    kept = [r for r in records if tuple(r["prompt_ids"]) not in seen]
+    seen.update(tuple(r["prompt_ids"]) for r in kept)
+    return kept
+
+
+def write_recipe(recipe: dict, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write_text(Path(path), json.dumps(recipe, indent=2) + "\n")
 
 
 def combine_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict:
@@ -554,31 +571,23 @@ def combine_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict:
     out = Path(out_dir)
     records, runs, seen = [], [], set()
     for run in run_dirs:
-        if not (Path(run) / "plan.json").exists():  # earlier pooled or exported data, with its recipe
-            recs = load_distill(run)
-            n_all = len(recs)
-            recs = [r for r in recs if tuple(r["prompt_ids"]) not in seen]
-            seen.update(tuple(r["prompt_ids"]) for r in recs)
-            recipe_file = _find_recipe_near(run)
-            runs.append({"data": str(run), "records": len(recs), "repeated_prompts_dropped": n_all - len(recs),
-                         "answer_tokens": sum(len(r["answer_ids"]) for r in recs),
-                         "recipe": json.loads(recipe_file.read_text()) if recipe_file else None})
-            records += recs
-            continue
-        recs, metas = collect_records(run, partial=True)
-        if not recs:
-            raise FileNotFoundError(f"{run} has no finished shard")
-        plan = json.loads((Path(run) / "plan.json").read_text())
-        n_all = len(recs)
-        # Prompt seeds can draw the same prompt twice: keep its first answer, so that no prompt is in
-        # both splits (its copies may have different ids) and greedy answers are not doubled.
-        recs = [r for r in recs if tuple(r["prompt_ids"]) not in seen]
-        seen.update(tuple(r["prompt_ids"]) for r in recs)
-        runs.append({"folder": str(run), "settings": plan["config"], "shards_finished": len(metas),
-                     "shards_planned": len(plan["shard_hashes"]), "records": len(recs),
-                     "repeated_prompts_dropped": n_all - len(recs),
-                     "answer_tokens": sum(len(r["answer_ids"]) for r in recs),
-                     "time": _shard_times(metas, sum(len(r["answer_ids"]) for r in recs))})
+        if (Path(run) / "plan.json").exists():
+            found, metas = collect_records(run, partial=True)
+            if not found:
+                raise FileNotFoundError(f"{run} has no finished shard")
+            plan = json.loads((Path(run) / "plan.json").read_text())
+            entry = {"folder": str(run), "settings": plan["config"], "shards_finished": len(metas),
+                     "shards_planned": len(plan["shard_hashes"])}
+        else:  # earlier pooled or exported data, described by its own recipe
+            found, metas = load_distill(run), None
+            recipe_file = find_recipe(run)
+            entry = {"data": str(run), "recipe": json.loads(recipe_file.read_text()) if recipe_file else None}
+        recs = _first_answers(found, seen)
+        answer_tokens = sum(len(r["answer_ids"]) for r in recs)
+        entry.update(records=len(recs), repeated_prompts_dropped=len(found) - len(recs), answer_tokens=answer_tokens)
+        if metas is not None:
+            entry["time"] = _shard_times(metas, answer_tokens)
+        runs.append(entry)
         records += recs
     npz = export_compact(records, out / "distill.npz")  # first: the trainer needs only this
     save_dataset(records, out)
@@ -588,7 +597,7 @@ def combine_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict:
               "settings": {"heldout_share": HELDOUT_SHARE, "decoding": "per run, see runs[].settings"},
               "runs": runs, "hardware": _hardware(),
               "compact_export": {"file": npz.name, "bytes": npz.stat().st_size}}
-    _atomic_write_text(out / "recipe.json", json.dumps(recipe, indent=2) + "\n")
+    write_recipe(recipe, out / "recipe.json")
     return recipe
 
 
@@ -680,8 +689,7 @@ def main(argv: Iterable[str] | None = None) -> None:
         except (FileNotFoundError, ValueError) as e:
             raise SystemExit(f"datagen --combine: {e}") from None
         if args.recipe and args.recipe != "none":
-            Path(args.recipe).parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write_text(Path(args.recipe), json.dumps(recipe, indent=2) + "\n")
+            write_recipe(recipe, args.recipe)
         print(f"combined {len(args.combine)} runs into {args.out}: {recipe['counts']['prompts']} records, "
               f"{recipe['tokens']['answer_total']} answer tokens")
         return
@@ -719,8 +727,7 @@ def main(argv: Iterable[str] | None = None) -> None:
     _atomic_write_text(out / "recipe.json", json.dumps(recipe, indent=2) + "\n")
     recipe_to = args.recipe if args.recipe is not None else (None if args.limit else str(COMMITTED_RECIPE))
     if recipe_to and recipe_to != "none":
-        Path(recipe_to).parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write_text(Path(recipe_to), json.dumps(recipe, indent=2) + "\n")
+        write_recipe(recipe, recipe_to)
     log(f"done: {recipe['counts']['prompts']} records, {recipe['tokens']['answer_total']} answer tokens "
         f"(mean {recipe['tokens']['answer_mean']}), this invocation took {time.time() - t_start:.0f} s; "
         f"dataset at {ds_dir}, compact copy {npz} ({npz.stat().st_size} bytes)")

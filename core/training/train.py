@@ -73,6 +73,7 @@ import torch
 from core.drafters.base import TargetNeeds
 from core.drafters.checkpoint import TrainBatch, TrainedDrafter
 from core.target import Target, resolve_dtype
+from core.training.datagen import find_recipe
 
 STATE_FILE = "train_state.pt"
 STATE_VERSION = 1
@@ -508,7 +509,7 @@ class Trainer:
             if len(self.train_seqs) else 0,
             "max_len": cfg.max_len, "prompts_cut": self.train_seqs.cut_prompts + self.heldout_seqs.cut_prompts,
         }
-        recipe = _find_recipe(cfg.data)
+        recipe = find_recipe(cfg.data)
         if recipe:
             self.data_info["recipe"] = str(recipe)
             with contextlib.suppress(ValueError, OSError):
@@ -660,7 +661,8 @@ class Trainer:
     def _fit_steps(self, timed_steps: int, timed_s: float) -> None:
         """--steps auto: fix the total so that training, evaluations and the final export fit the budget.
 
-        Warm-up is longer than FIT_AFTER_STEPS, so the schedule has not used the total yet.
+        Until then the total is AUTO_PLACEHOLDER_STEPS, over which the cosine decay is flat, so the
+        steps taken before the fit follow warm-up or the full learning rate.
         """
         cfg = self.cfg
         per_step = timed_s / max(1, timed_steps)
@@ -821,7 +823,7 @@ class Trainer:
         try:
             if self.step == 0 and cfg.eval_every > 0 and self.step < cfg.steps:
                 self._run_eval()
-            fitting = cfg.fit_steps and cfg.steps == AUTO_PLACEHOLDER_STEPS
+            fitting = cfg.steps == AUTO_PLACEHOLDER_STEPS  # --steps auto, not fitted yet (or resumed before it)
             fit_from, fit_t0 = self.step + 2, None  # skip two steps of one-off start-up cost
             while self.step < cfg.steps:
                 if fitting and self.step == fit_from:
@@ -900,15 +902,6 @@ def _truncate_log(path: Path, step: int) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     os.replace(tmp, path)
-
-
-def _find_recipe(data: str | Path) -> Path | None:
-    """The data generator's recipe.json next to the data (core.training.datagen writes it there)."""
-    p = Path(data)
-    for cand in (p / "recipe.json", p.parent / "recipe.json"):
-        if cand.is_file():
-            return cand
-    return None
 
 
 # ------------------------------------------------------------------------------------------
