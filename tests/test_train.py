@@ -311,6 +311,9 @@ def test_init_from_published_continues_the_weights_and_the_record(tmp_path, targ
     assert (published / "toy" / "log-run1.jsonl").read_text() == first_log
     assert (published / "toy" / "curves-run1.html").exists()
     assert (published / "toy" / "log.jsonl").read_text() == (cont.out / "log.jsonl").read_text()
+    T.publish(cont.out, published / "toy", "toy")  # publishing it again must not bury the earlier log
+    assert (published / "toy" / "log-run1.jsonl").read_text() == first_log
+    assert not (published / "toy" / "log-run2.jsonl").exists()
     card = (published / "toy" / "README.md").read_text()
     assert "continued from" in card and "in all: 7 steps" in card and "log-run1.jsonl" in card
 
@@ -322,3 +325,10 @@ def test_init_from_refuses_other_hyper_parameters_or_a_missing_drafter(tmp_path,
         T.Trainer(cfg(tmp_path, name="c", init_from=str(published)), target, records(), [toy(noise=0.3)])
     with pytest.raises(FileNotFoundError, match="other"):
         T.Trainer(cfg(tmp_path, name="c", init_from=str(published)), target, records(), [toy("other")])
+
+
+def test_card_points_at_the_committed_recipe_only_for_uncommitted_data():
+    assets = T.COMMITTED_RECIPE.parents[1]
+    assert not T._names_other_recipe(str(T.COMMITTED_RECIPE))
+    assert not T._names_other_recipe(str(assets / "distill_v2" / "recipe.json"))  # committed itself
+    assert T._names_other_recipe(str(assets.parent / "data" / "distill" / "recipe.json"))

@@ -996,8 +996,13 @@ def _chain_length(record: dict) -> int:
 
 
 def _names_other_recipe(path: str | None) -> bool:
-    """Whether a card should also point at the committed recipe (it exists and the data's recipe is another)."""
-    return COMMITTED_RECIPE.exists() and not (path and Path(path).resolve() == COMMITTED_RECIPE)
+    """Whether a card should also point at the committed recipe (it exists and the data's recipe is not committed)."""
+    if not COMMITTED_RECIPE.exists():
+        return False
+    if not path:
+        return True
+    recipe = Path(path).resolve()
+    return recipe != COMMITTED_RECIPE and COMMITTED_RECIPE.parents[1] not in recipe.parents  # not under assets/
 
 
 def publish(run_folder: str | Path, dest: str | Path, name: str) -> Path:
@@ -1007,8 +1012,11 @@ def publish(run_folder: str | Path, dest: str | Path, name: str) -> Path:
     meta = json.loads((final / "config.json").read_text())
     dest.mkdir(parents=True, exist_ok=True)
     prior = meta.get("training", {}).get("init_from")
-    if prior and Path(prior.get("path", "")).resolve() == dest.resolve():
+    here = dest / "config.json"
+    holds_prior = here.exists() and json.loads(here.read_text()).get("training") == (prior or {}).get("training")
+    if prior and Path(prior.get("path", "")).resolve() == dest.resolve() and holds_prior:
         # continuing the drafter published here: its earlier run's log and curves stay, as log-run<k>
+        # (publishing the same run twice finds its own record there and rotates nothing)
         k = _chain_length(prior.get("training", {}))
         for f, ext in (("log", "jsonl"), ("curves", "html")):
             if (dest / f"{f}.{ext}").exists():
