@@ -73,7 +73,7 @@ import torch
 from core.drafters.base import TargetNeeds
 from core.drafters.checkpoint import TrainBatch, TrainedDrafter
 from core.target import Target, resolve_dtype
-from core.training.datagen import find_recipe
+from core.training.datagen import COMMITTED_RECIPE, find_recipe
 
 STATE_FILE = "train_state.pt"
 STATE_VERSION = 1
@@ -83,7 +83,6 @@ FIT_AFTER_STEPS = 20  # --steps auto: steps timed before the total is fixed
 FIT_SAFETY = 0.92  # --steps auto: share of the time left that the fitted steps may use
 AUTO_PLACEHOLDER_STEPS = 10**9  # the total before it is fitted (only warm-up happens by then)
 EVAL_SHUFFLE_SEED = 0  # the held-out subset is the same whatever the training seed
-COMMITTED_RECIPE = Path(__file__).resolve().parents[2] / "assets" / "distill" / "recipe.json"
 TAU_PLACEHOLDER = "tau on the evaluation prompts: see assets/results"
 
 
@@ -997,12 +996,8 @@ def _chain_length(record: dict) -> int:
 
 def _names_other_recipe(path: str | None) -> bool:
     """Whether a card should also point at the committed recipe (it exists and the data's recipe is not committed)."""
-    if not COMMITTED_RECIPE.exists():
-        return False
-    if not path:
-        return True
-    recipe = Path(path).resolve()
-    return recipe != COMMITTED_RECIPE and COMMITTED_RECIPE.parents[1] not in recipe.parents  # not under assets/
+    assets = COMMITTED_RECIPE.parents[1]
+    return COMMITTED_RECIPE.exists() and not (path and assets in Path(path).resolve().parents)
 
 
 def publish(run_folder: str | Path, dest: str | Path, name: str) -> Path:
@@ -1013,8 +1008,8 @@ def publish(run_folder: str | Path, dest: str | Path, name: str) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     prior = meta.get("training", {}).get("init_from")
     here = dest / "config.json"
-    holds_prior = here.exists() and json.loads(here.read_text()).get("training") == (prior or {}).get("training")
-    if prior and Path(prior.get("path", "")).resolve() == dest.resolve() and holds_prior:
+    if (prior and Path(prior.get("path", "")).resolve() == dest.resolve() and here.exists()
+            and json.loads(here.read_text()).get("training") == prior.get("training")):
         # continuing the drafter published here: its earlier run's log and curves stay, as log-run<k>
         # (publishing the same run twice finds its own record there and rotates nothing)
         k = _chain_length(prior.get("training", {}))
