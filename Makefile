@@ -90,18 +90,20 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 
 # The shipped drafters: all six trained jointly (same batches, same optimiser steps), published to
 # assets/drafters/<name>, then benchmarked and their model cards given the measured tau. The recipe of the
-# committed checkpoints, in three phases (rerun the same line to resume either phase after a stop):
+# committed checkpoints, in four phases (rerun the same line to resume any phase after a stop):
 #   phase 1: 1,500 steps from random weights, lr 2e-3 (2.1 h on a 2-core Xeon, float32 target: faster there);
 #   phase 2: 1,200 more steps from phase 1's published weights (--init-from), lr 1e-3 re-warmed, another data
 #            order (seed 1), bfloat16 target (1.6 h on a 2-core EPYC, where bfloat16 is the faster one);
 #   phase 3: from phase 2's weights on assets/distill_v2 (2.1x the answers, make data-v2), lr 1e-3, seed 2,
-#            bfloat16 target; 1,092 steps (the count --steps auto fitted to 85 minutes on a 2-core AMX Xeon).
+#            bfloat16 target; 1,092 steps (the count --steps auto fitted to 85 minutes on a 2-core AMX Xeon);
+#   phase 4: from phase 3's weights, 1,800 more steps on assets/distill_v2, lr 6e-4 (20 warm-up steps), seed 3.
 # Every published card gives all phases (config.json: training.init_from nests the earlier phases' records).
 SHIPPED := eagle2,moa,moa-tli1,moa-tli3,medusa,amphista
 SHIPPED_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 \
 	--hyper moa.ce_weight=1.0 --hyper moa-tli1.ce_weight=1.0 --hyper moa-tli3.ce_weight=1.0
 SHIPPED_ARGS := --warmup 40 --dtype float32 --autocast off --eval-every 250 $(SHIPPED_HYPER)
 SHIPPED_ARGS2 := --warmup 30 --dtype bfloat16 --autocast on --eval-every 200 --init-from assets/drafters $(SHIPPED_HYPER)
+SHIPPED_ARGS3 := $(subst --warmup 30,--warmup 20,$(SHIPPED_ARGS2))
 SHIPPED_BENCH := --methods ar,pld,$(SHIPPED) --max-new-tokens 64 --per-category 1 --threads 2
 drafters: setup
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill STEPS=1500 BATCH_TOKENS=1024 LR=2e-3 \
@@ -111,6 +113,8 @@ drafters: setup
 	$(MAKE) data-v2
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v2 STEPS=1092 BATCH_TOKENS=1024 LR=1e-3 SEED=2 \
 		RUN=runs/shipped-phase3 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS2)"
+	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v2 STEPS=1800 BATCH_TOKENS=1024 LR=6e-4 SEED=3 \
+		RUN=runs/shipped-phase4 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS3)"
 	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(SHIPPED_BENCH) --out assets/results
 	$(PY) -m analysis.cards assets/results/summary.json
 
