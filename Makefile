@@ -102,8 +102,9 @@ SHIPPED := eagle2,moa,moa-tli1,moa-tli3,medusa,amphista
 SHIPPED_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 \
 	--hyper moa.ce_weight=1.0 --hyper moa-tli1.ce_weight=1.0 --hyper moa-tli3.ce_weight=1.0
 SHIPPED_ARGS := --warmup 40 --dtype float32 --autocast off --eval-every 250 $(SHIPPED_HYPER)
-SHIPPED_ARGS2 := --warmup 30 --dtype bfloat16 --autocast on --eval-every 200 --init-from assets/drafters $(SHIPPED_HYPER)
-SHIPPED_ARGS3 := $(subst --warmup 30,--warmup 20,$(SHIPPED_ARGS2))
+SHIPPED_CONTINUE := --dtype bfloat16 --autocast on --eval-every 200 --init-from assets/drafters $(SHIPPED_HYPER)
+SHIPPED_ARGS2 := --warmup 30 $(SHIPPED_CONTINUE)
+SHIPPED_ARGS3 := --warmup 20 $(SHIPPED_CONTINUE)
 SHIPPED_BENCH := --methods ar,pld,$(SHIPPED) --max-new-tokens 64 --per-category 1 --threads 2
 drafters: setup
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill STEPS=1500 BATCH_TOKENS=1024 LR=2e-3 \
