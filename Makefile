@@ -96,7 +96,11 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 #            order (seed 1), bfloat16 target (1.6 h on a 2-core EPYC, where bfloat16 is the faster one);
 #   phase 3: from phase 2's weights on assets/distill_v2 (2.1x the answers, make data-v2), lr 1e-3, seed 2,
 #            bfloat16 target; 1,092 steps (the count --steps auto fitted to 85 minutes on a 2-core AMX Xeon);
-#   phase 4: from phase 3's weights, 1,800 more steps on assets/distill_v2, lr 6e-4 (20 warm-up steps), seed 3.
+#   phase 4: from phase 3's weights, 1,800 more steps on assets/distill_v2, lr 6e-4 (20 warm-up steps), seed 3;
+#   phase 5: from phase 4's weights, 570 more steps on assets/distill_v2, lr 6e-4 (20 warm-up steps), seed 4, with
+#            the conversation's tokens in the drafting vocabulary, Medusa/Amphista labels = the target's argmax,
+#            and MoA's staircase curriculum measured over the whole chain (570 = --steps auto for 78 minutes on a
+#            2-core Xeon).
 # Every published card gives all phases (config.json: training.init_from nests the earlier phases' records).
 SHIPPED := eagle2,moa,moa-tli1,moa-tli3,medusa,amphista
 SHIPPED_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 \
@@ -105,7 +109,7 @@ SHIPPED_ARGS := --warmup 40 --dtype float32 --autocast off --eval-every 250 $(SH
 SHIPPED_CONTINUE := --dtype bfloat16 --autocast on --eval-every 200 --init-from assets/drafters $(SHIPPED_HYPER)
 SHIPPED_ARGS2 := --warmup 30 $(SHIPPED_CONTINUE)
 SHIPPED_ARGS3 := --warmup 20 $(SHIPPED_CONTINUE)
-SHIPPED_BENCH := --methods ar,pld,$(SHIPPED) --max-new-tokens 64 --per-category 1 --threads 2
+SHIPPED_BENCH := --methods ar,pld,$(SHIPPED) --max-new-tokens 64 --per-category 2 --threads 2
 drafters: setup
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill STEPS=1500 BATCH_TOKENS=1024 LR=2e-3 \
 		RUN=runs/shipped-phase1 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS)"
@@ -116,6 +120,8 @@ drafters: setup
 		RUN=runs/shipped-phase3 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS2)"
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v2 STEPS=1800 BATCH_TOKENS=1024 LR=6e-4 SEED=3 \
 		RUN=runs/shipped-phase4 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS3)"
+	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v2 STEPS=570 BATCH_TOKENS=1024 LR=6e-4 SEED=4 \
+		RUN=runs/shipped-phase5 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS3)"
 	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(SHIPPED_BENCH) --out assets/results
 	$(PY) -m analysis.cards assets/results/summary.json
 

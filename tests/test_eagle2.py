@@ -81,10 +81,14 @@ def check_draft_top(tree, vocab_ids: set[int] | None = None) -> None:
 
 def check_subset_drafting(target: Target, make_drafter, prompts: list[list[int]], ids: torch.Tensor,
                           n_new: int = 24) -> list[float]:
-    """Greedy lossless with a reduced drafting vocabulary, and every drafted token lies in it."""
+    """Greedy lossless with a reduced drafting vocabulary, and every drafted token lies in it (in it or in
+    the conversation, when the drafter's context tokens are on)."""
     taus = assert_greedy_lossless(target, make_drafter, prompts, n_new, stop_tokens=set())
     allowed = set(ids.tolist())
-    res = generate(target, make_drafter(), prompts[0], n_new, stop_tokens=set())
+    drafter = make_drafter()
+    res = generate(target, drafter, prompts[0], n_new, stop_tokens=set())
+    if drafter.vocab.context:
+        allowed |= set(prompts[0]) | set(res.token_ids)
     trees = [e.tree for e in res.events if e.tree is not None and len(e.tree)]
     assert trees
     for tree in trees:

@@ -318,6 +318,24 @@ def test_init_from_published_continues_the_weights_and_the_record(tmp_path, targ
     assert "continued from" in card and "in all: 7 steps" in card and "log-run1.jsonl" in card
 
 
+def test_progress_counts_the_runs_a_continued_run_continues(tmp_path, target):
+    """Curricula (MoA's staircase mask) see the drafter's whole training: a continued run starts late."""
+    published = tmp_path / "assets"
+    run(target, cfg(tmp_path, name="first", steps=4, publish=str(published / "toy")))
+    fresh = T.Trainer(cfg(tmp_path, name="fresh", steps=6), target, records(), [toy()])
+    assert fresh._progress(fresh.members[0]) == 0.0
+    cont = T.Trainer(cfg(tmp_path, name="cont", steps=6, init_from=str(published)), target, records(), [toy()])
+    assert cont._progress(cont.members[0]) == pytest.approx(4 / 10)
+    cont.step = 3
+    assert cont._progress(cont.members[0]) == pytest.approx(7 / 10)
+    fitting = T.Trainer(cfg(tmp_path, name="auto", steps=T.AUTO_PLACEHOLDER_STEPS, fit_steps=True, time_budget_min=5,
+                            init_from=str(published)), target, records(), [toy()])
+    assert fitting._progress(fitting.members[0]) == pytest.approx(4 / (4 + T.FIT_AFTER_STEPS))  # before the fit
+    fresh_auto = T.Trainer(cfg(tmp_path, name="auto2", steps=T.AUTO_PLACEHOLDER_STEPS, fit_steps=True,
+                               time_budget_min=5), target, records(), [toy()])
+    assert fresh_auto._progress(fresh_auto.members[0]) == 0.0
+
+
 def test_init_from_refuses_other_hyper_parameters_or_a_missing_drafter(tmp_path, target):
     published = tmp_path / "assets"
     run(target, cfg(tmp_path, name="first", steps=2, eval_every=0, publish=str(published / "toy")))

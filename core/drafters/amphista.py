@@ -30,7 +30,7 @@ Amphista was published without code; this is our reading of the paper.
   Amphista is exactly a fresh Medusa (every head proposes the root's own
   prediction) and training starts from the LM head. `random()` adds small
   Gaussian noise to all of those tensors so random drafters differ.
-* Loss: as Medusa (per-head cross-entropy on the self-distilled tokens 2+i
+* Loss: as Medusa (per-head cross-entropy on the target's greedy tokens 2+i
   ahead, weighted 0.8^i), with the same metrics for the static tree builder.
 """
 
@@ -56,6 +56,7 @@ class AmphistaConfig(DrafterConfig):
     num_layers_per_head: int = 1
     stage1_heads: int = -1  # heads that read stage 1; -1 = num_heads // 2
     draft_vocab_size: int = 0  # heads project onto this many frequent tokens (draft_vocab.py); 0 = all
+    context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
     tree_paths: list[list[int]] = field(default_factory=list)  # empty = static_tree.default_tree
     tree_accuracy: list[list[float]] = field(default_factory=list)  # measured per-rank accuracy per head
 

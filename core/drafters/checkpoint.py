@@ -96,6 +96,27 @@ class TrainedDrafter(torch.nn.Module, Drafter):
         model = cls(cfg, target)
         return model.to(device=target.device, dtype=target.dtype).eval()
 
+    # ----- the conversation's tokens join a reduced drafting vocabulary (draft_vocab.py) ----------
+    def begin(self, target: Target, prefill) -> None:
+        super().begin(target, prefill)
+        vocab = getattr(self, "vocab", None)
+        if vocab is not None:
+            vocab.clear_context()
+            vocab.observe(list(prefill.tokens) + [prefill.bonus])
+
+    def accept(self, step) -> None:
+        super().accept(step)
+        vocab = getattr(self, "vocab", None)
+        if vocab is not None:
+            vocab.observe(list(step.tokens) + [step.bonus])
+
+    def observe_batch(self, input_ids: torch.Tensor) -> None:
+        """Training: a batch's own tokens stand in for the conversation (a superset of each position's)."""
+        vocab = getattr(self, "vocab", None)
+        if vocab is not None:
+            vocab.clear_context()
+            vocab.observe(input_ids.unique())
+
     def check_target(self, target: Target) -> None:
         if self.config.target_fingerprint != target.fingerprint:
             raise DrafterMismatchError(
@@ -183,3 +204,17 @@ class TrainBatch:
     hidden: dict[int, torch.Tensor]
     layer_kv: torch.Tensor | None
     target: Target
+    _greedy_next: torch.Tensor | None = dataclasses.field(default=None, init=False, repr=False)
+
+    @torch.no_grad()
+    def greedy_next(self, chunk: int = 512) -> torch.Tensor:
+        """[B, T] long: the target's argmax over its full vocabulary after each position, i.e. the token
+        greedy verification accepts as token t+1 given the data's tokens 0..t (computed once, shared by
+        every drafter of a joint step; needs hidden[L])."""
+        if self._greedy_next is None:
+            feat = self.hidden[self.target.n_layers]
+            rows = feat.reshape(-1, feat.shape[-1])
+            top = [self.target.logits(rows[s:s + chunk].to(self.target.dtype)).argmax(-1)
+                   for s in range(0, rows.shape[0], chunk)]
+            self._greedy_next = torch.cat(top).reshape(feat.shape[:-1])
+        return self._greedy_next

@@ -173,6 +173,7 @@ class Eagle2Config(DrafterConfig):
     ce_weight: float = 0.1  # loss = SmoothL1(features) + ce_weight * CE(target dist, drafter dist)
     eval_depth: int = 3  # training metrics acc@1..eval_depth (deeper ones feed back own features)
     draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
+    context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
 
 
 class Eagle2Drafter(TrainedDrafter):
@@ -183,7 +184,7 @@ class Eagle2Drafter(TrainedDrafter):
         super().__init__(config, target)
         check_draft_vocab_size(config.draft_vocab_size, target)
         h = config.hidden_size
-        self.vocab = DraftVocab(target, config.draft_vocab_size)
+        self.vocab = DraftVocab(target, config.draft_vocab_size, config.context_vocab)
         self.record_draft_top = True  # extras["draft_top"] for the app (costs well under 1 ms a cycle)
         self.fc = nn.Linear(2 * h, h, bias=True)
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer
@@ -269,7 +270,7 @@ class Eagle2Drafter(TrainedDrafter):
             return self._logprobs(out).cpu()
 
         root_lp = self._logprobs(self._root_feat[None])[0].cpu()
-        ids = None if self.vocab.full else self.vocab.ids.cpu()
+        ids = self.vocab.table()
         tree = build_dynamic_tree(root_lp, expand, cfg.depth, cfg.top_k, cfg.total_tokens, ids,
                                   self.record_draft_top)
         self.cache.crop(r)

@@ -22,12 +22,13 @@ Choices and deviations, named as DESIGN.md asks:
   head proposes the root's own prediction. `random()` therefore perturbs the
   zero-initialised weights with small Gaussian noise (std `noise / sqrt(fan_in)`),
   so that "random" drafters have heads that disagree and seeds that differ.
-* Loss: cross-entropy of head i against the self-distilled answer tokens
-  shifted by 2+i (hard labels), weighted 0.8^i, where loss_mask marks answer
-  tokens. The answers are the target's own outputs, so those tokens *are* the
-  target's choices, and hard labels measure exactly what greedy verification
-  checks; a soft target distribution would need the target's logits at every
-  shifted position (one more vocabulary-sized pass per token).
+* Loss: cross-entropy of head i against hard labels 2+i tokens ahead, weighted
+  0.8^i, where loss_mask marks answer tokens. The label is the target's own
+  argmax for that position given the data's tokens before it
+  (`TrainBatch.greedy_next`): exactly what greedy verification accepts. On the
+  greedy answers it is the data's token; on the share sampled at temperature
+  0.7 it is not always, and a sampled label would teach the heads a token that
+  greedy verification rejects.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def multi_head_loss(
     to_index=None,
     decay: float = LOSS_DECAY,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Per-head cross-entropy of K head states against tokens 2+i ahead, weighted decay^i.
+    """Per-head cross-entropy of K head states against the target's greedy tokens 2+i ahead, weighted decay^i.
 
     states: [B, T', K, H], head i's state at positions 0..T'-1 (T' <= T). logits_fn maps
     states to logits over the drafting vocabulary; to_index maps token ids to its indices
@@ -101,6 +102,7 @@ def multi_head_loss(
     gradients are on, so a vocabulary-sized tensor never exists for the whole batch.
     """
     ids, loss_mask, attn = batch.input_ids, batch.loss_mask, batch.attention_mask
+    labels = batch.greedy_next()  # labels[:, j]: the target's greedy token j + 1
     t_total = ids.shape[1]
     n_heads = states.shape[2]
     total = states.new_zeros((), dtype=torch.float32)
@@ -112,7 +114,7 @@ def multi_head_loss(
             continue
         valid = (loss_mask[:, shift:shift + n_pos] > 0) & (attn[:, :n_pos] > 0)
         x = states[:, :n_pos, i][valid]
-        y = ids[:, shift:shift + n_pos][valid]
+        y = labels[:, shift - 1:shift - 1 + n_pos][valid]
         if to_index is not None:
             y = to_index(y)
         n = y.numel()
@@ -144,6 +146,7 @@ class MedusaConfig(DrafterConfig):
     num_heads: int = 4
     num_layers_per_head: int = 1
     draft_vocab_size: int = 0  # heads project onto this many frequent tokens (draft_vocab.py); 0 = all
+    context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
     tree_paths: list[list[int]] = field(default_factory=list)  # empty = static_tree.default_tree
     tree_accuracy: list[list[float]] = field(default_factory=list)  # measured per-rank accuracy per head
 

@@ -55,6 +55,8 @@ positions <= v(j) = the last verified position strictly before j, as at inferenc
 (where v = r - 1 for a root at r). SA starts with a "staircase" mask (only the current
 unverified segment v(j) < q <= j) whose window grows linearly to the full causal mask at
 progress = staircase_until (0.5: the first half of training, as the reference code does).
+`progress` is the fraction of the drafter's whole training: a run continuing a published
+drafter counts the earlier runs' steps (core.training.train), so the curriculum runs once.
 In each of the N frozen TLI layers, positions <= v(j) contribute the target's true keys and
 values and positions in (v(j), j] the predicted path's, under the same mask as inference. The
 true keys/values are read from batch.layer_kv: they are exactly the target's k/v projections
@@ -116,6 +118,7 @@ class MoAConfig(DrafterConfig):
     staircase_until: float = 0.5  # training progress at which SA's mask has become fully causal
     ce_weight: float = 0.1
     draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
+    context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
 
 
 class LayerSelfAttention(nn.Module):
@@ -196,7 +199,7 @@ class MoADrafter(TrainedDrafter):
         if not 1 <= config.period_min <= config.period_max:
             raise ValueError(f"need 1 <= period_min <= period_max, got {config.period_min}, {config.period_max}")
         check_draft_vocab_size(config.draft_vocab_size, target)
-        self.vocab = DraftVocab(target, config.draft_vocab_size)
+        self.vocab = DraftVocab(target, config.draft_vocab_size, config.context_vocab)
         self.record_draft_top = True  # extras["draft_top"] for the app (costs well under 1 ms a cycle)
         lcfg = layer_config(target)
         h, eps = config.hidden_size, lcfg.rms_norm_eps
@@ -380,7 +383,7 @@ class MoADrafter(TrainedDrafter):
             positions = (r + batch.depths).to(dev)[None]
             return self._step(batch.tokens.to(dev)[None], positions, mask).cpu()
 
-        ids = None if self.vocab.full else self.vocab.ids.cpu()
+        ids = self.vocab.table()
         tree = build_dynamic_tree(root_lp.cpu(), expand, cfg.depth, cfg.top_k, cfg.total_tokens, ids,
                                   self.record_draft_top)
         self.sa_cache.crop(r)

@@ -240,7 +240,7 @@ class StaticTreeMixin:
         cfg = self.config
         if not 0 <= cfg.draft_vocab_size <= target.vocab_size:
             raise ValueError(f"draft_vocab_size must lie in [0, {target.vocab_size}], got {cfg.draft_vocab_size}")
-        self.vocab = DraftVocab(target, cfg.draft_vocab_size)
+        self.vocab = DraftVocab(target, cfg.draft_vocab_size, cfg.context_vocab)
         if not cfg.tree_paths:
             cfg.tree_paths = [list(p) for p in default_tree(cfg.num_heads, self.vocab.size)]
         self._set_paths(cfg.tree_paths)

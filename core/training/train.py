@@ -649,8 +649,9 @@ class Trainer:
                     batch = target_batch(self.target, self.needs, ids, lm, attn)
                     weight = float(lm.sum())
                     for m in self.members:
+                        m.model.observe_batch(ids)
                         with self._autocast():
-                            loss, metrics = m.model.training_loss(batch, self._progress())
+                            loss, metrics = m.model.training_loss(batch, self._progress(m))
                         sums[m.spec.name].add({**metrics, "loss": float(loss)}, weight)
             finally:
                 for m in self.members:
@@ -681,8 +682,14 @@ class Trainer:
             print(f"\n[train] --steps auto: {per_step * 1000:.0f} ms/step, eval {eval_s:.1f} s; "
                   f"training runs to step {cfg.steps}", file=sys.stderr)
 
-    def _progress(self) -> float:
-        return min(1.0, self.step / max(1, self.cfg.steps))
+    def _progress(self, member: _Member) -> float:
+        """The fraction of the drafter's whole training done: a continued run (--init-from) counts the
+        steps of the runs it continues, so curricula such as MoA's staircase mask run once, not per phase."""
+        prior = cumulative_training(member.init_record["training"])["steps"] if member.init_record else 0
+        steps = self.cfg.steps
+        if steps == AUTO_PLACEHOLDER_STEPS and prior:  # --steps auto, not fitted yet: the run's own length is
+            steps = max(self.step, FIT_AFTER_STEPS)      # unknown, so only the earlier runs count
+        return min(1.0, (prior + self.step) / max(1, prior + steps))
 
     def _run_eval(self, final: bool = False) -> None:
         if not self.main:
@@ -761,12 +768,12 @@ class Trainer:
         t0 = time.time()
         batch = target_batch(self.target, self.needs, ids, lm, attn)
         t_target = time.time() - t0
-        progress = self._progress()
         weight = float(lm.sum())
         for m in self.members:
             t1 = time.time()
+            m.model.observe_batch(ids)
             with self._autocast():
-                loss, metrics = m.wrapped(batch, progress)
+                loss, metrics = m.wrapped(batch, self._progress(m))
             m.optimizer.zero_grad(set_to_none=True)
             if loss.requires_grad:  # a batch without a single scored token gives a constant loss
                 self.acc.backward(loss)

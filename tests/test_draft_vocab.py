@@ -1,0 +1,91 @@
+"""The drafting vocabulary: frequent tokens plus the conversation's own tokens (core/drafters/draft_vocab.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.decoding import generate
+from core.drafters.draft_vocab import DraftVocab
+from core.drafters.eagle2 import Eagle2Drafter
+from core.drafters.medusa import MedusaDrafter
+from core.target import tiny_target
+from tests.helpers import assert_greedy_lossless, tiny_prompts
+from tests.test_medusa import prefill, train_batch
+
+VOCAB = 64
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_target(vocab_size=VOCAB, n_layers=2)
+
+
+def test_observed_tokens_follow_the_frequent_ones(tiny):
+    vocab = DraftVocab(tiny, 8)
+    vocab.set_ids(torch.arange(8))
+    vocab.observe([3, 20, 20, 40])
+    vocab.observe(torch.tensor([[40, 5], [33, 20]]))
+    assert vocab.size == 11 and vocab.table().tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 20, 40, 33]
+    assert vocab.to_index(torch.tensor([20, 40, 33, 3, 50])).tolist() == [8, 9, 10, 3, -1]
+    assert vocab.to_token_ids(torch.tensor([8, 10, 2])).tolist() == [20, 33, 2]
+    feature = torch.randn(4, tiny.hidden_size)
+    full = tiny.lm_head(tiny.norm(feature)).float()
+    logits = vocab.logits(feature)
+    assert logits.shape == (4, 11)
+    assert torch.allclose(logits, full[:, vocab.table()], atol=1e-5)  # the same frozen LM head rows
+    vocab.clear_context()
+    assert vocab.size == 8 and vocab.to_index(torch.tensor([20])).tolist() == [-1]
+
+
+def test_context_tokens_are_never_saved(tiny):
+    vocab = DraftVocab(tiny, 8)
+    vocab.observe([30, 31])
+    assert vocab.size == 10 and vocab.state_dict()["ids"].numel() == 8
+    vocab.load_state_dict(vocab.state_dict())
+    assert vocab.size == 8  # loading starts a new conversation
+
+
+def test_context_off_and_full_vocabulary_ignore_observe(tiny):
+    off = DraftVocab(tiny, 8, context=False)
+    off.observe([30, 31])
+    assert off.size == 8 and off.to_index(torch.tensor([30])).tolist() == [-1]
+    full = DraftVocab(tiny, 0)
+    full.observe([30, 31])
+    assert full.size == VOCAB and full.table() is None
+
+
+def test_a_new_conversation_forgets_the_last_one(tiny):
+    d = MedusaDrafter.random(tiny, seed=1, draft_vocab_size=16)
+    d.vocab.set_ids(torch.arange(16))
+    d.begin(tiny, prefill(tiny, [5, 40, 41, 9]))
+    assert {40, 41} <= set(d.vocab.table().tolist())
+    second = prefill(tiny, [5, 50, 9])
+    d.begin(tiny, second)
+    extras = set(d.vocab.table()[16:].tolist())
+    assert 50 in extras and extras <= {50, second.bonus}
+
+
+def test_verified_tokens_join_during_decoding_and_output_stays_lossless(tiny):
+    """EAGLE-2 with 16 frequent tokens: tokens the target emits join the vocabulary as they are verified."""
+    d = Eagle2Drafter.random(tiny, seed=2, draft_vocab_size=16)
+    d.vocab.set_ids(torch.arange(16))
+    prompts = tiny_prompts(VOCAB, n=2, length=8, seed=3)
+    assert_greedy_lossless(tiny, lambda: d, prompts, 20, stop_tokens=set())
+    out = generate(tiny, d, prompts[0], 20, stop_tokens=set())
+    expected = set(range(16)) | set(prompts[0]) | set(out.token_ids)
+    assert set(d.vocab.table().tolist()) <= expected
+    assert set(out.token_ids[:-1]) <= set(d.vocab.table().tolist())  # all but the last bonus were observed
+
+
+def test_observe_batch_makes_every_label_reachable_in_training(tiny):
+    d = MedusaDrafter.random(tiny, seed=0, draft_vocab_size=16)
+    d.vocab.set_ids(torch.arange(0, 32, 2))
+    batch = train_batch(tiny, length=16)
+    assert (d.vocab.to_index(batch.input_ids) < 0).any()
+    d.observe_batch(batch.input_ids)
+    assert (d.vocab.to_index(batch.input_ids) >= 0).all()
+    d.train()
+    loss, metrics = d.training_loss(batch, 0.0)
+    loss.backward()
+    assert torch.isfinite(loss) and metrics["top10@1"] > 0
