@@ -97,25 +97,25 @@ class TrainedDrafter(torch.nn.Module, Drafter):
         return model.to(device=target.device, dtype=target.dtype).eval()
 
     # ----- the conversation's tokens join a reduced drafting vocabulary (draft_vocab.py) ----------
+    def _observe(self, token_ids, new_conversation: bool = False) -> None:
+        vocab = getattr(self, "vocab", None)  # drafters with a DraftVocab (all trained ones here)
+        if vocab is not None:
+            if new_conversation:
+                vocab.clear_context()
+            vocab.observe(token_ids)
+
     def begin(self, target: Target, prefill) -> None:
         super().begin(target, prefill)
-        vocab = getattr(self, "vocab", None)
-        if vocab is not None:
-            vocab.clear_context()
-            vocab.observe(list(prefill.tokens) + [prefill.bonus])
+        self._observe(list(prefill.tokens) + [prefill.bonus], new_conversation=True)
 
     def accept(self, step) -> None:
         super().accept(step)
-        vocab = getattr(self, "vocab", None)
-        if vocab is not None:
-            vocab.observe(list(step.tokens) + [step.bonus])
+        self._observe(list(step.tokens) + [step.bonus])
 
-    def observe_batch(self, input_ids: torch.Tensor) -> None:
-        """Training: a batch's own tokens stand in for the conversation (a superset of each position's)."""
-        vocab = getattr(self, "vocab", None)
-        if vocab is not None:
-            vocab.clear_context()
-            vocab.observe(input_ids.unique())
+    def observe_batch(self, batch_tokens: torch.Tensor) -> None:
+        """Training: a batch's own (distinct) tokens stand in for the conversation, a superset of what
+        each position could have seen."""
+        self._observe(batch_tokens, new_conversation=True)
 
     def check_target(self, target: Target) -> None:
         if self.config.target_fingerprint != target.fingerprint:

@@ -14,8 +14,9 @@ conversation has already shown (prompt, earlier turns, verified output) joins th
 drafting vocabulary for that conversation, after the V' frequent ones. Measured on
 the committed plain-decoding answers to the evaluation prompts (1,299 tokens), 7.7%
 of the target's tokens lie outside the shipped 8,192 frequent tokens, but only 1.5%
-lie outside them and the conversation so far: the misses are names, rare words and foreign text that
-translation, summarisation and retrieval answers copy from their prompt. A token
+lie outside them and the conversation so far: the misses are names, rare words and
+foreign text that translation, summarisation and retrieval answers copy from their
+prompt. A token
 first seen in the context costs one more row of the projection (gathered from the
 same frozen LM head). In training, a batch's own tokens play the conversation
 (`observe`), a superset of what each position could have seen at inference.

@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -424,6 +425,11 @@ class _Member:
     last_eval: dict[str, float] = field(default_factory=dict)
     init_record: dict | None = None  # where a continued run started: the published drafter's training record
 
+    @functools.cached_property
+    def prior_steps(self) -> int:
+        """Optimiser steps of the runs this one continues (0 for a fresh run)."""
+        return int(cumulative_training(self.init_record["training"])["steps"]) if self.init_record else 0
+
 
 def published_folder(root: str | Path, name: str, single: bool) -> Path:
     """<root>/<name> when it holds a checkpoint; <root> itself when training a single drafter."""
@@ -648,8 +654,9 @@ class Trainer:
                     ids, lm, attn = collate(self.heldout_seqs, idx, self.device)
                     batch = target_batch(self.target, self.needs, ids, lm, attn)
                     weight = float(lm.sum())
+                    batch_tokens = ids.unique()
                     for m in self.members:
-                        m.model.observe_batch(ids)
+                        m.model.observe_batch(batch_tokens)
                         with self._autocast():
                             loss, metrics = m.model.training_loss(batch, self._progress(m))
                         sums[m.spec.name].add({**metrics, "loss": float(loss)}, weight)
@@ -685,7 +692,7 @@ class Trainer:
     def _progress(self, member: _Member) -> float:
         """The fraction of the drafter's whole training done: a continued run (--init-from) counts the
         steps of the runs it continues, so curricula such as MoA's staircase mask run once, not per phase."""
-        prior = cumulative_training(member.init_record["training"])["steps"] if member.init_record else 0
+        prior = member.prior_steps
         steps = self.cfg.steps
         if steps == AUTO_PLACEHOLDER_STEPS and prior:  # --steps auto, not fitted yet: the run's own length is
             steps = max(self.step, FIT_AFTER_STEPS)      # unknown, so only the earlier runs count
@@ -769,9 +776,10 @@ class Trainer:
         batch = target_batch(self.target, self.needs, ids, lm, attn)
         t_target = time.time() - t0
         weight = float(lm.sum())
+        batch_tokens = ids.unique()
         for m in self.members:
             t1 = time.time()
-            m.model.observe_batch(ids)
+            m.model.observe_batch(batch_tokens)
             with self._autocast():
                 loss, metrics = m.wrapped(batch, self._progress(m))
             m.optimizer.zero_grad(set_to_none=True)
