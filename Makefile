@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PORT ?= 7860
 
-.PHONY: setup browser app test test-app test-fast lint data data-v2 train bench clean-venv
+.PHONY: setup browser app test test-app test-fast lint data data-v2 data-v3 train bench clean-venv
 
 setup: $(STAMP)
 
@@ -54,6 +54,14 @@ data-v2: setup
 		--recipe assets/distill_v2/recipe.json
 	cp data/distill-v2/distill.npz assets/distill_v2/distill.npz
 
+# Still more: prompt seed 2, the same settings, pooled with assets/distill_v2 into assets/distill_v3.
+data-v3: setup
+	$(PY) -m core.training.datagen --out data/distill-s2 --seed 2 --max-new-tokens 128 --batch-size 48 \
+		--shard-size 96 --workers 2 --recipe none
+	$(PY) -m core.training.datagen --combine assets/distill_v2/distill.npz data/distill-s2 --out data/distill-v3 \
+		--recipe assets/distill_v3/recipe.json
+	cp data/distill-v3/distill.npz assets/distill_v3/distill.npz
+
 # The benchmark on the project's evaluation prompts (Spec-Bench format); see README for the committed run.
 BENCH_ARGS ?= --methods ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista --max-new-tokens 96
 bench: setup
@@ -90,7 +98,7 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 
 # The shipped drafters: all six trained jointly (same batches, same optimiser steps), published to
 # assets/drafters/<name>, then benchmarked and their model cards given the measured tau. The recipe of the
-# committed checkpoints, in four phases (rerun the same line to resume any phase after a stop):
+# committed checkpoints, in six phases (rerun the same line to resume any phase after a stop):
 #   phase 1: 1,500 steps from random weights, lr 2e-3 (2.1 h on a 2-core Xeon, float32 target: faster there);
 #   phase 2: 1,200 more steps from phase 1's published weights (--init-from), lr 1e-3 re-warmed, another data
 #            order (seed 1), bfloat16 target (1.6 h on a 2-core EPYC, where bfloat16 is the faster one);
@@ -100,7 +108,9 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 #   phase 5: from phase 4's weights, 570 more steps on assets/distill_v2, lr 6e-4 (20 warm-up steps), seed 4, with
 #            the conversation's tokens in the drafting vocabulary, Medusa/Amphista labels = the target's argmax,
 #            and MoA's staircase curriculum measured over the whole chain (570 = --steps auto for 78 minutes on a
-#            2-core Xeon).
+#            2-core Xeon);
+#   phase 6: from phase 5's weights, 636 steps on assets/distill_v3 (1.45x distill_v2's answers, make data-v3),
+#            lr 6e-4 (20 warm-up steps), seed 5 (636 = --steps auto for 65 minutes on a 2-core AMD EPYC).
 # Every published card gives all phases (config.json: training.init_from nests the earlier phases' records).
 SHIPPED := eagle2,moa,moa-tli1,moa-tli3,medusa,amphista
 SHIPPED_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 \
@@ -122,6 +132,9 @@ drafters: setup
 		RUN=runs/shipped-phase4 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS3)"
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v2 STEPS=570 BATCH_TOKENS=1024 LR=6e-4 SEED=4 \
 		RUN=runs/shipped-phase5 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS3)"
+	$(MAKE) data-v3
+	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v3 STEPS=636 BATCH_TOKENS=1024 LR=6e-4 SEED=5 \
+		RUN=runs/shipped-phase6 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS3)"
 	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(SHIPPED_BENCH) --out assets/results
 	$(PY) -m analysis.cards assets/results/summary.json
 
