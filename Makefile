@@ -45,22 +45,23 @@ DATAGEN_ARGS ?= --batch-size 48 --shard-size 96 --max-new-tokens 96 --workers 2
 data: setup
 	$(PY) -m core.training.datagen --out data/distill $(DATAGEN_ARGS)
 
-# More data: new prompts (prompt seed 1), answers up to 128 tokens, pooled with assets/distill into
-# assets/distill_v2 (resumable; a run stopped early contributes its finished shards, as its recipe says).
-data-v2: setup
-	$(PY) -m core.training.datagen --out data/distill-s1 --seed 1 --max-new-tokens 128 --batch-size 48 \
+# More data: one more generation run on new prompts (answers up to 128 tokens), pooled with the earlier data.
+# $(call pooled_data,SEED,EARLIER,VERSION): prompt seed SEED -> data/distill-sSEED, pooled with EARLIER into
+# assets/distill_VERSION (resumable; a run stopped early contributes its finished shards, as its recipe says).
+define pooled_data
+	$(PY) -m core.training.datagen --out data/distill-s$(1) --seed $(1) --max-new-tokens 128 --batch-size 48 \
 		--shard-size 96 --workers 2 --recipe none
-	$(PY) -m core.training.datagen --combine assets/distill/distill.npz data/distill-s1 --out data/distill-v2 \
-		--recipe assets/distill_v2/recipe.json
-	cp data/distill-v2/distill.npz assets/distill_v2/distill.npz
+	$(PY) -m core.training.datagen --combine $(2) data/distill-s$(1) --out data/distill-$(3) \
+		--recipe assets/distill_$(3)/recipe.json
+	cp data/distill-$(3)/distill.npz assets/distill_$(3)/distill.npz
+endef
 
-# Still more: prompt seed 2, the same settings, pooled with assets/distill_v2 into assets/distill_v3.
+# assets/distill_v2: prompt seed 1 pooled with assets/distill; assets/distill_v3: prompt seed 2 pooled with that.
+data-v2: setup
+	$(call pooled_data,1,assets/distill/distill.npz,v2)
+
 data-v3: setup
-	$(PY) -m core.training.datagen --out data/distill-s2 --seed 2 --max-new-tokens 128 --batch-size 48 \
-		--shard-size 96 --workers 2 --recipe none
-	$(PY) -m core.training.datagen --combine assets/distill_v2/distill.npz data/distill-s2 --out data/distill-v3 \
-		--recipe assets/distill_v3/recipe.json
-	cp data/distill-v3/distill.npz assets/distill_v3/distill.npz
+	$(call pooled_data,2,assets/distill_v2/distill.npz,v3)
 
 # The benchmark on the project's evaluation prompts (Spec-Bench format); see README for the committed run.
 BENCH_ARGS ?= --methods ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista --max-new-tokens 96
