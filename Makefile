@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PORT ?= 7860
 
-.PHONY: setup browser app test test-app test-fast lint data data-v2 data-v3 train bench clean-venv
+.PHONY: setup browser app test test-app test-fast lint data data-v2 data-v3 data-v4 train bench clean-venv
 
 setup: $(STAMP)
 
@@ -46,22 +46,28 @@ data: setup
 	$(PY) -m core.training.datagen --out data/distill $(DATAGEN_ARGS)
 
 # More data: one more generation run on new prompts (answers up to 128 tokens), pooled with the earlier data.
-# $(call pooled_data,SEED,EARLIER,VERSION): prompt seed SEED -> data/distill-sSEED, pooled with EARLIER into
-# assets/distill_VERSION (resumable; a run stopped early contributes its finished shards, as its recipe says).
+# $(call pooled_data,SEED,EARLIER,VERSION,RUN,EXTRA): prompt seed SEED -> data/distill-RUN (datagen EXTRA args),
+# pooled with EARLIER into assets/distill_VERSION (resumable; a run stopped early contributes its finished
+# shards, as its recipe says).
 define pooled_data
-	$(PY) -m core.training.datagen --out data/distill-s$(1) --seed $(1) --max-new-tokens 128 --batch-size 48 \
-		--shard-size 96 --workers 2 --recipe none
-	$(PY) -m core.training.datagen --combine $(2) data/distill-s$(1) --out data/distill-$(3) \
+	$(PY) -m core.training.datagen --out data/distill-$(4) --seed $(1) --max-new-tokens 128 --batch-size 48 \
+		--shard-size 96 --workers 2 --recipe none $(5)
+	$(PY) -m core.training.datagen --combine $(2) data/distill-$(4) --out data/distill-$(3) \
 		--recipe assets/distill_$(3)/recipe.json
 	cp data/distill-$(3)/distill.npz assets/distill_$(3)/distill.npz
 endef
 
-# assets/distill_v2: prompt seed 1 pooled with assets/distill; assets/distill_v3: prompt seed 2 pooled with that.
+# assets/distill_v2: prompt seed 1 pooled with assets/distill; assets/distill_v3: prompt seed 2 pooled with that;
+# assets/distill_v4: copy-task prompts (core.training.passage_prompts, seed 3) around distill_v3's own training
+# answers, pooled with distill_v3.
 data-v2: setup
-	$(call pooled_data,1,assets/distill/distill.npz,v2)
+	$(call pooled_data,1,assets/distill/distill.npz,v2,s1)
 
 data-v3: setup
-	$(call pooled_data,2,assets/distill_v2/distill.npz,v3)
+	$(call pooled_data,2,assets/distill_v2/distill.npz,v3,s2)
+
+data-v4: setup
+	$(call pooled_data,3,assets/distill_v3/distill.npz,v4,ans3,--passages assets/distill_v3/distill.npz)
 
 # The benchmark on the project's evaluation prompts (Spec-Bench format); see README for the committed run.
 BENCH_ARGS ?= --methods ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista --max-new-tokens 96
@@ -99,7 +105,7 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 
 # The shipped drafters: all six trained jointly (same batches, same optimiser steps), published to
 # assets/drafters/<name>, then benchmarked and their model cards given the measured tau. The recipe of the
-# committed checkpoints, in six phases (rerun the same line to resume any phase after a stop):
+# committed checkpoints, in seven phases (rerun the same line to resume any phase after a stop):
 #   phase 1: 1,500 steps from random weights, lr 2e-3 (2.1 h on a 2-core Xeon, float32 target: faster there);
 #   phase 2: 1,200 more steps from phase 1's published weights (--init-from), lr 1e-3 re-warmed, another data
 #            order (seed 1), bfloat16 target (1.6 h on a 2-core EPYC, where bfloat16 is the faster one);
@@ -111,7 +117,9 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 #            and MoA's staircase curriculum measured over the whole chain (570 = --steps auto for 78 minutes on a
 #            2-core Xeon);
 #   phase 6: from phase 5's weights, 636 steps on assets/distill_v3 (1.45x distill_v2's answers, make data-v3),
-#            lr 6e-4 (20 warm-up steps), seed 5 (636 = --steps auto for 65 minutes on a 2-core AMD EPYC).
+#            lr 6e-4 (20 warm-up steps), seed 5 (636 = --steps auto for 65 minutes on a 2-core AMD EPYC);
+#   phase 7: from phase 6's weights, 1,308 steps on assets/distill_v4 (distill_v3 plus 2,300 copy-task answers,
+#            make data-v4), lr 6e-4 (20 warm-up steps), seed 6 (1,308 = --steps auto for 75 minutes, 2-core EPYC).
 # Every published card gives all phases (config.json: training.init_from nests the earlier phases' records).
 SHIPPED := eagle2,moa,moa-tli1,moa-tli3,medusa,amphista
 SHIPPED_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 \
@@ -120,7 +128,8 @@ SHIPPED_ARGS := --warmup 40 --dtype float32 --autocast off --eval-every 250 $(SH
 SHIPPED_CONTINUE := --dtype bfloat16 --autocast on --eval-every 200 --init-from assets/drafters $(SHIPPED_HYPER)
 SHIPPED_ARGS2 := --warmup 30 $(SHIPPED_CONTINUE)
 SHIPPED_ARGS3 := --warmup 20 $(SHIPPED_CONTINUE)
-SHIPPED_BENCH := --methods ar,pld,$(SHIPPED) --max-new-tokens 64 --per-category 2 --threads 2
+LOOKUP_BENCH := eagle2+lookup,moa+lookup,medusa+lookup,amphista+lookup
+SHIPPED_BENCH := --methods ar,pld,$(SHIPPED),$(LOOKUP_BENCH) --max-new-tokens 64 --per-category 2 --threads 2
 drafters: setup
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill STEPS=1500 BATCH_TOKENS=1024 LR=2e-3 \
 		RUN=runs/shipped-phase1 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS)"
@@ -136,8 +145,12 @@ drafters: setup
 	$(MAKE) data-v3
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v3 STEPS=636 BATCH_TOKENS=1024 LR=6e-4 SEED=5 \
 		RUN=runs/shipped-phase6 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS3)"
+	$(MAKE) data-v4
+	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v4 STEPS=1308 BATCH_TOKENS=1024 LR=6e-4 SEED=6 \
+		RUN=runs/shipped-phase7 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS3)"
 	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(SHIPPED_BENCH) --out assets/results
 	$(PY) -m analysis.cards assets/results/summary.json
+	$(PY) -m analysis.copying --results assets/results --out assets/results/copying.json
 
 .PHONY: drafters train train-bg test-train _train-check
 _train-check:

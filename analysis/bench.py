@@ -211,9 +211,15 @@ def run_benchmark(
 
 # ----- building drafters from the command line ---------------------------------------------------
 def parse_label(label: str) -> tuple[str, dict]:
-    """'moa-tli3' -> ('moa', {'tli': 3}); anything else is a method name with no options."""
-    m = re.fullmatch(r"moa-tli(\d+)", label)
-    return ("moa", {"tli": int(m.group(1))}) if m else (label, {})
+    """'moa-tli3' -> ('moa', {'tli': 3}), 'moa-tli1+lookup' -> ('moa+lookup', {'tli': 1}); else (label, {})."""
+    base, plus, _ = label.partition("+")
+    m = re.fullmatch(r"moa-tli(\d+)", base)
+    return (f"moa{'+' if plus else ''}{label[len(base) + 1:]}", {"tli": int(m.group(1))}) if m else (label, {})
+
+
+def checkpoint_label(label: str) -> str:
+    """The shipped checkpoint a label uses: 'eagle2+lookup' -> 'eagle2'."""
+    return label.partition("+")[0]
 
 
 def parse_drafter_specs(specs: Sequence[str]) -> dict[str, str]:
@@ -232,13 +238,14 @@ def parse_drafter_specs(specs: Sequence[str]) -> dict[str, str]:
 def resolve_drafter(label: str, specs: Mapping[str, str], drafter_dir: str | None) -> str | None:
     """Checkpoint for a method label: an explicit spec, DIR/<label>, the wildcard spec, else None (shipped)."""
     method, _ = parse_label(label)
-    if method in UNTRAINED:
+    base = checkpoint_label(label)
+    if method in UNTRAINED or base in UNTRAINED:
         return None
-    for key in (label, method):
+    for key in (label, method, base, parse_label(base)[0]):
         if key in specs:
             return specs[key]
-    if drafter_dir and (Path(drafter_dir) / label).is_dir():
-        return str(Path(drafter_dir) / label)
+    if drafter_dir and (Path(drafter_dir) / base).is_dir():
+        return str(Path(drafter_dir) / base)
     return specs.get("*")
 
 
@@ -251,10 +258,10 @@ def build_drafters(target: Target, labels: Sequence[str], specs: Mapping[str, st
         method, opts = parse_label(label)
         spec = resolve_drafter(label, specs, drafter_dir)
         drafters[label] = build_drafter(method, target, spec, **opts)
-        if method in UNTRAINED:
+        if method in UNTRAINED or checkpoint_label(label) in UNTRAINED:
             sources[label] = "built-in"
         elif spec is None:
-            sources[label] = f"shipped: assets/drafters/{label}"
+            sources[label] = f"shipped: assets/drafters/{checkpoint_label(label)}"
         else:
             sources[label] = spec
     return drafters, sources

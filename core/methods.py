@@ -42,8 +42,15 @@ def default_drafter_folder(name: str) -> Path:
 
 
 def build_drafter(method: str, target: Target, drafter: str | None = None, **options) -> Drafter:
-    """Build the drafter for `method`. `drafter` is a checkpoint folder, "random", or None (the shipped one)."""
+    """Build the drafter for `method`. `drafter` is a checkpoint folder, "random", or None (the shipped one).
+
+    `<method>+lookup` wraps that method's drafter in core.drafters.lookup_branch (a context-lookup branch).
+    """
     _load_plugins()
+    from core.drafters.lookup_branch import SUFFIX, LookupBranch
+
+    if method.endswith(SUFFIX) and method[:-len(SUFFIX)] in _BUILDERS:  # e.g. "eagle2+lookup"
+        return LookupBranch(build_drafter(method[:-len(SUFFIX)], target, drafter, **options))
     if method not in _BUILDERS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(_BUILDERS)}")
     return _BUILDERS[method](target, drafter, options)

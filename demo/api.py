@@ -20,7 +20,8 @@ def make_generate(runtime: Runtime):
 
         Args:
             prompt: the user's message.
-            method: ar, pld, eagle2, moa, medusa or amphista (untrained drafters are used where none is shipped).
+            method: ar, pld, eagle2, moa, medusa or amphista, or one of the last four + "+lookup" (untrained
+                drafters are used where none is shipped).
             max_new_tokens: 1 to 512.
         Returns:
             text, token_ids, mean_accepted (tau), tokens_per_s, new_tokens, steps, accept_lengths,

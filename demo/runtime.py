@@ -22,6 +22,8 @@ from contextlib import contextmanager
 
 from core.decoding import generate_stream
 from core.drafters.base import Drafter
+from core.drafters.lookup_branch import SUFFIX as LOOKUP_SUFFIX
+from core.drafters.lookup_branch import LookupBranch
 from core.methods import build_drafter, default_drafter_folder
 from core.target import Target, load_target, tiny_target
 from core.verify import SamplingConfig
@@ -36,7 +38,13 @@ METHOD_LABELS = {
     "moa": "Mixture of Attentions (moa)",
     "medusa": "Medusa (medusa)",
     "amphista": "Amphista (amphista)",
+    # Not from the papers: the drafter's tree plus a context-lookup branch (core.drafters.lookup_branch).
+    "eagle2+lookup": "EAGLE-2 + context lookup (eagle2+lookup)",
+    "moa+lookup": "MoA + context lookup (moa+lookup)",
+    "medusa+lookup": "Medusa + context lookup (medusa+lookup)",
+    "amphista+lookup": "Amphista + context lookup (amphista+lookup)",
 }
+LOOKUP_NOTE = "with a context-lookup branch grafted on its tree (not part of the paper)"
 TRAINED_MODULES = {"eagle2": "core.drafters.eagle2", "moa": "core.drafters.moa", "medusa": "core.drafters.medusa",
                    "amphista": "core.drafters.amphista"}
 TLI_CHOICES = (0, 1, 3)
@@ -50,7 +58,13 @@ class UserError(ValueError):
     """A problem the user can fix; its message is shown as is."""
 
 
+def base_method(method: str) -> str:
+    """'eagle2+lookup' -> 'eagle2': the drafter a lookup-branch method wraps."""
+    return method.removesuffix(LOOKUP_SUFFIX)
+
+
 def method_available(method: str) -> bool:
+    method = base_method(method)
     if method in ("ar", "pld"):
         return True
     module = TRAINED_MODULES.get(method)
@@ -58,6 +72,7 @@ def method_available(method: str) -> bool:
 
 
 def checkpoint_folder(method: str, tli: int | None = None):
+    method = base_method(method)
     name = f"moa-tli{tli}" if method == "moa" and tli else method
     return default_drafter_folder(name)
 
@@ -198,6 +213,9 @@ class Runtime:
             raise UserError(f"The {method} drafter is not part of this build yet (core/drafters is missing it).")
 
     def _build(self, method: str, tli: int | None) -> tuple[Drafter, str]:
+        if method != base_method(method):
+            inner, note = self._build(base_method(method), tli)
+            return LookupBranch(inner), f"{note}; {LOOKUP_NOTE}" if note else LOOKUP_NOTE
         target = self.load()
         if method in ("ar", "pld"):
             return build_drafter(method, target), ""

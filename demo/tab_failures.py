@@ -29,6 +29,15 @@ drafter's and the target's ten most likely tokens side by side. Source: your las
 session, or the committed benchmark traces.
 """
 TRACES_DIR = RESULTS / "traces"
+COPYING_JSON = RESULTS / "copying.json"  # written by `python -m analysis.copying --out ...`
+COPYING_EXPLANATION = """\
+**Copying.** A small target repeats its context a lot (summaries repeat the article, answers repeat the
+passage). For every verification cycle of the committed benchmark we asked: would a prompt lookup (the last
+2-3 tokens found earlier in the context, PLD's rule) have named the target's next token? The bars compare
+how often each drafter's first guess is accepted on those *copyable* cycles and on the others. A drafter
+below 1.0 on copyable cycles missed tokens that were sitting in its context; `<method>+lookup` rows graft
+the lookup onto the drafter's tree (`python -m analysis.copying` for the numbers).
+"""
 SOURCES = ("Last generation", "Committed benchmark run")
 ALL = "all"
 TABLE_COLUMNS = ["#", "step", "depth", "draft_text", "target_text", "draft_prob", "target_prob_of_draft",
@@ -171,6 +180,23 @@ def topk_view(records: Sequence[dict], index, decode: Callable | None, fm=None):
     return fm.topk_comparison_figure(match[0], decode)
 
 
+def copying_view(path: Path = COPYING_JSON):
+    """(markdown table, figure) of the committed copying analysis, or a note when it is missing."""
+    if not Path(path).exists():
+        return "No copying analysis committed yet (`python -m analysis.copying --out assets/results/copying.json`).", \
+            message_figure("")
+    from analysis.copying import copying_figure
+
+    result = json.loads(Path(path).read_text())
+    rows = ["| method | cycles with a lookup | lookup right | copyable cycles | acc@1 copyable | acc@1 other |",
+            "|---|---|---|---|---|---|"]
+    for m, r in result["methods"].items():
+        o, c, n = r["overall"], r["overall"]["copyable"], r["overall"]["not copyable"]
+        rows.append(f"| {m} | {o['lookup_share']:.0%} | {o['lookup_precision']:.0%} | {c['share']:.0%} | "
+                    f"{c['acc1']:.2f} | {n['acc1']:.2f} |")
+    return COPYING_EXPLANATION + "\n" + "\n".join(rows), copying_figure(result)
+
+
 def build(ctx: AppContext) -> None:
     runtime = ctx.runtime
     gr.Markdown(EXPLANATION)
@@ -193,6 +219,10 @@ def build(ctx: AppContext) -> None:
             by_kind = gr.Plot(show_label=False, elem_id="fail-kind")
             by_depth = gr.Plot(show_label=False, elem_id="fail-depth")
         calib = gr.Plot(show_label=False, elem_id="fail-calibration")
+    with gr.Accordion("Copying: drafts versus a context lookup (committed benchmark)", open=False):
+        copy_text, copy_fig = copying_view()
+        gr.Markdown(copy_text, elem_id="fail-copying")
+        gr.Plot(copy_fig, show_label=False, elem_id="fail-copying-plot")
 
     def nothing(msg: str):
         return ([], msg, gr.update(visible=False), records_table([]), gr.update(), gr.update(), None, None, None,

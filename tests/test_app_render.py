@@ -480,6 +480,11 @@ def test_runtime_streams_runs_and_checks_limits(tiny_runtime):
         moa = tiny_runtime.generate("moa", ids, 6, tli=1)
         assert moa["note"].startswith(UNTRAINED_NOTE) and moa["tli"] == 1
         assert any("lsa_attention" in (e.get("extras") or {}) for e in moa["events"])
+    from demo.runtime import LOOKUP_NOTE
+
+    looked = tiny_runtime.generate("medusa+lookup", ids, 8)  # the drafter plus a context-lookup branch
+    assert LOOKUP_NOTE in looked["note"] and looked["token_ids"] == tiny_runtime.generate("ar", ids, 8)["token_ids"]
+    assert ("Medusa + context lookup (medusa+lookup) · untrained", "medusa+lookup") in tiny_runtime.methods()
     for bad, msg in [(0, "between 1 and"), (10**6, "between 1 and"), ("x", "whole number"), (2.5, "whole number"),
                      (True, "whole number")]:
         with pytest.raises(UserError, match=msg):

@@ -678,6 +678,9 @@ def main(argv: Iterable[str] | None = None) -> None:
     ap.add_argument("--recipe", default=None,
                     help="where to copy recipe.json (default: assets/distill/recipe.json for a full run, "
                          "nowhere with --limit; 'none' to skip)")
+    ap.add_argument("--passages", default=None, metavar="NPZ",
+                    help="instead of core.training.prompts, use copy-task prompts built around the training-split "
+                         "answers of this distill.npz (core.training.passage_prompts)")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--combine", nargs="+", default=None, metavar="RUN",
                     help="pool the finished shards of these run folders into --out (dataset, distill.npz, "
@@ -706,7 +709,16 @@ def main(argv: Iterable[str] | None = None) -> None:
     cfg = GenConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, shard_size=args.shard_size,
                     sample_share=args.sample_share, seed=args.seed, eos_ids=sorted(target.eos_token_ids),
                     pad_id=2 if 2 in target.eos_token_ids else min(target.eos_token_ids))
-    prompts = select_prompts(training_prompts(args.seed), args.limit, args.seed)
+    if args.passages:
+        from core.training.passage_prompts import answer_passages, passage_prompts
+
+        def decode(ids, skip):
+            return target.tokenizer.decode(ids, skip_special_tokens=skip)
+
+        prompts = passage_prompts(answer_passages(args.passages, decode), args.seed)
+    else:
+        prompts = training_prompts(args.seed)
+    prompts = select_prompts(prompts, args.limit, args.seed)
     items = prepare_items(target, prompts, cfg, log=log if args.worker is None else None)
     if args.worker is not None:  # one of several worker processes: generate its shards and stop
         run_generation(target, items, out, cfg, progress=False, log=log, worker=(args.worker, args.workers))

@@ -1,0 +1,74 @@
+"""Copy-task prompts around the target's own answers (core.training.passage_prompts)."""
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from core.training.passage_prompts import (
+    MAX_WORDS,
+    MIN_WORDS,
+    PASSAGE_COUNTS,
+    Passage,
+    answer_passages,
+    clean_passage,
+    passage_prompts,
+)
+from core.training.prompts import MAX_PROMPT_CHARS, assert_disjoint, prompt_text
+
+ROOT = Path(__file__).resolve().parents[1]
+DISTILL_V3 = ROOT / "assets" / "distill_v3" / "distill.npz"
+SENTENCE = "The old lighthouse on the northern cliff was painted white and red by volunteers last spring. "
+
+
+def _pool(n: int = 40) -> list[Passage]:
+    return [Passage(f"writing-{i:05d}", f"Passage number {i} begins here. " + SENTENCE * 5, f"Tell me about {i}.")
+            for i in range(n)]
+
+
+def test_clean_passage_keeps_whole_sentences():
+    cut = SENTENCE * 6 + "And then the keeper climbed the"  # cut by the token limit mid-sentence
+    text = clean_passage(cut)
+    assert text is not None and text.endswith("spring.") and "climbed" not in text
+    assert MIN_WORDS <= len(text.split()) <= MAX_WORDS
+    assert clean_passage(SENTENCE * 20) is not None and len(clean_passage(SENTENCE * 20).split()) <= MAX_WORDS
+    assert clean_passage(SENTENCE) is None  # too short
+    assert clean_passage(SENTENCE * 6 + "```python\nprint(1)\n```") is None  # code is not prose
+
+
+def test_prompts_shape_ids_and_determinism():
+    counts = {"summarization": 30, "rag": 30, "extraction": 10, "translation": 10}
+    a = passage_prompts(_pool(), seed=3, counts=counts)
+    assert Counter(p["category"] for p in a) == counts
+    assert len({p["prompt_id"] for p in a}) == len(a)
+    assert all("-ans-" in p["prompt_id"] for p in a)  # never collides with core.training.prompts ids
+    assert all(p["messages"][-1]["role"] == "user" and len(prompt_text(p)) <= MAX_PROMPT_CHARS for p in a)
+    # each prompt carries (part of) a passage, so the target's answer can copy from it
+    assert all("lighthouse" in prompt_text(p) for p in a)
+    assert a == passage_prompts(_pool(), seed=3, counts=counts)
+    assert a != passage_prompts(_pool(), seed=4, counts=counts)
+
+
+def test_no_passages_is_a_clear_error():
+    with pytest.raises(ValueError, match="no usable passages"):
+        passage_prompts([], seed=0)
+
+
+def test_real_passages_are_training_answers_and_disjoint_from_eval():
+    """The committed recipe: distill_v3's training-split answers, decoded with the target's tokenizer."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from core.target import smollm2_location
+
+    folder, gguf = smollm2_location()
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    passages = answer_passages(str(DISTILL_V3), lambda ids, skip: tok.decode(ids, skip_special_tokens=skip))
+    assert len(passages) > 1000
+    z = np.load(DISTILL_V3)
+    split = dict(zip(z["prompt_id"].tolist(), z["split"].tolist()))
+    assert all(split[p.source_id] == "train" for p in passages)  # held-out answers stay unseen
+    prompts = passage_prompts(passages, seed=3)
+    assert len(prompts) == sum(PASSAGE_COUNTS.values())
+    for eval_file in ("speclens_eval.jsonl", "smoke.jsonl"):
+        assert_disjoint(prompts, ROOT / "assets" / "prompts" / eval_file)
