@@ -21,7 +21,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m core.generate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--method", default="ar", help=f"one of: {', '.join(available_methods())}; any of them + "
-                                                  "'+lookup' adds a context-lookup branch (core.drafters.lookup_branch)")
+                                                  "'+lookup' adds a context-lookup branch (lookup_branch.py)")
     p.add_argument("--prompt", required=True, help="the user message (chat template applied)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
