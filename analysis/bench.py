@@ -42,6 +42,7 @@ from analysis import metrics
 from analysis.traces import TraceWriter, compact_trace
 from core.decoding import generate
 from core.drafters.base import Drafter
+from core.drafters.lookup_branch import base_method
 from core.target import Target
 from core.verify import SamplingConfig
 
@@ -212,14 +213,14 @@ def run_benchmark(
 # ----- building drafters from the command line ---------------------------------------------------
 def parse_label(label: str) -> tuple[str, dict]:
     """'moa-tli3' -> ('moa', {'tli': 3}), 'moa-tli1+lookup' -> ('moa+lookup', {'tli': 1}); else (label, {})."""
-    base, plus, _ = label.partition("+")
+    base = base_method(label)
     m = re.fullmatch(r"moa-tli(\d+)", base)
-    return (f"moa{'+' if plus else ''}{label[len(base) + 1:]}", {"tli": int(m.group(1))}) if m else (label, {})
+    return ("moa" + label[len(base):], {"tli": int(m.group(1))}) if m else (label, {})
 
 
 def checkpoint_label(label: str) -> str:
     """The shipped checkpoint a label uses: 'eagle2+lookup' -> 'eagle2'."""
-    return label.partition("+")[0]
+    return base_method(label)
 
 
 def parse_drafter_specs(specs: Sequence[str]) -> dict[str, str]:

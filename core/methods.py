@@ -47,10 +47,11 @@ def build_drafter(method: str, target: Target, drafter: str | None = None, **opt
     `<method>+lookup` wraps that method's drafter in core.drafters.lookup_branch (a context-lookup branch).
     """
     _load_plugins()
-    from core.drafters.lookup_branch import SUFFIX, LookupBranch
+    from core.drafters.lookup_branch import LookupBranch, base_method
 
-    if method.endswith(SUFFIX) and method[:-len(SUFFIX)] in _BUILDERS:  # e.g. "eagle2+lookup"
-        return LookupBranch(build_drafter(method[:-len(SUFFIX)], target, drafter, **options))
+    base = base_method(method)
+    if base != method and base in _BUILDERS:  # e.g. "eagle2+lookup"
+        return LookupBranch(build_drafter(base, target, drafter, **options))
     if method not in _BUILDERS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(_BUILDERS)}")
     return _BUILDERS[method](target, drafter, options)

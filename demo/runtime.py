@@ -22,8 +22,7 @@ from contextlib import contextmanager
 
 from core.decoding import generate_stream
 from core.drafters.base import Drafter
-from core.drafters.lookup_branch import SUFFIX as LOOKUP_SUFFIX
-from core.drafters.lookup_branch import LookupBranch
+from core.drafters.lookup_branch import LookupBranch, base_method
 from core.methods import build_drafter, default_drafter_folder
 from core.target import Target, load_target, tiny_target
 from core.verify import SamplingConfig
@@ -56,11 +55,6 @@ UNTRAINED_NOTE = "untrained drafter: tau near 1"
 
 class UserError(ValueError):
     """A problem the user can fix; its message is shown as is."""
-
-
-def base_method(method: str) -> str:
-    """'eagle2+lookup' -> 'eagle2': the drafter a lookup-branch method wraps."""
-    return method.removesuffix(LOOKUP_SUFFIX)
 
 
 def method_available(method: str) -> bool:

@@ -428,14 +428,16 @@ def _load_npz(path: Path) -> list[dict]:
         meta = json.loads(str(z["meta"]))
         if meta.get("format") != "speclens-distill-compact":
             raise ValueError(f"{path} is not a SpecLens distillation export")
-        tokens, offsets, plens = z["tokens"].astype(np.int64), z["offsets"], z["prompt_lens"]
-        out = []
-        for i in range(len(plens)):
-            seq = tokens[offsets[i]:offsets[i + 1]].tolist()
-            out.append({"prompt_id": str(z["prompt_id"][i]), "category": str(z["category"][i]),
-                        "prompt_ids": seq[:plens[i]], "answer_ids": seq[plens[i]:],
-                        "temperature": float(z["temperature"][i]), "finished": bool(z["finished"][i]),
-                        "split": str(z["split"][i])})
+        # read every array once: indexing z[...] re-reads (and decompresses) the array each time
+        tokens, offsets, plens = z["tokens"].astype(np.int64), z["offsets"].tolist(), z["prompt_lens"].tolist()
+        ids, cats, temps = z["prompt_id"].tolist(), z["category"].tolist(), z["temperature"].tolist()
+        finished, splits = z["finished"].tolist(), z["split"].tolist()
+    out = []
+    for i in range(len(plens)):
+        seq = tokens[offsets[i]:offsets[i + 1]].tolist()
+        out.append({"prompt_id": str(ids[i]), "category": str(cats[i]),
+                    "prompt_ids": seq[:plens[i]], "answer_ids": seq[plens[i]:],
+                    "temperature": float(temps[i]), "finished": bool(finished[i]), "split": str(splits[i])})
     return out
 
 

@@ -92,29 +92,26 @@ def _last_user_message(chat_text: str) -> str:
     return parts[-1].split("<|im_end|>")[0].strip() if len(parts) > 1 else ""
 
 
-def answer_passages(npz_path: str, decode: Callable[[Sequence[int], bool], str]) -> list[Passage]:
-    """Passages from the training-split answers of a compact distillation file, in file order.
+def answer_passages(distill_path: str, decode: Callable[[Sequence[int], bool], str]) -> list[Passage]:
+    """Passages from the training-split answers of a distillation file (datagen.load_distill), in file order.
 
     decode(ids, skip_special_tokens) turns token ids into text (the target's tokenizer).
     """
-    import numpy as np
+    from core.training.datagen import load_distill
 
-    z = np.load(npz_path)
-    offsets, plens = z["offsets"], z["prompt_lens"]
     out: list[Passage] = []
     seen: set[str] = set()
-    for i in range(len(plens)):
-        if str(z["split"][i]) != "train" or str(z["category"][i]) not in PASSAGE_SOURCES:
+    for r in load_distill(distill_path, split="train"):
+        if r["category"] not in PASSAGE_SOURCES:
             continue
-        seq = z["tokens"][offsets[i]:offsets[i + 1]].tolist()
-        text = clean_passage(decode(seq[plens[i]:], True))
+        text = clean_passage(decode(r["answer_ids"], True))
         if text is None or text in seen:
             continue
-        question = _last_user_message(decode(seq[:plens[i]], False))
+        question = _last_user_message(decode(r["prompt_ids"], False))
         if not question or len(question.split()) > 60:
             question = ""
         seen.add(text)
-        out.append(Passage(str(z["prompt_id"][i]), text, question))
+        out.append(Passage(r["prompt_id"], text, question))
     return out
 
 
