@@ -120,10 +120,9 @@ def copying_figure(result: dict) -> go.Figure:
     for kind in KINDS:
         vals = [result["methods"][m]["overall"][kind]["acc1"] for m in methods]
         fig.add_bar(name=kind, x=methods, y=vals, text=[f"{v:.2f}" if v is not None else "" for v in vals])
-    share = result["methods"][methods[0]]["overall"]["copyable"]["share"] if methods else None
     fig.update_layout(barmode="group", yaxis_title="first draft token accepted (acc@1)", yaxis_range=[0, 1],
-                      title=f"Where the target copies from its context ({share:.0%} of cycles) and elsewhere"
-                      if share is not None else "Copying", template="plotly_white")
+                      title="Cycles where a context lookup knew the target's next token (copyable) and the rest",
+                      template="plotly_white")
     return fig
 
 
