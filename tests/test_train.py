@@ -318,6 +318,49 @@ def test_init_from_published_continues_the_weights_and_the_record(tmp_path, targ
     assert "continued from" in card and "in all: 7 steps" in card and "log-run1.jsonl" in card
 
 
+def test_a_continued_run_may_deepen_medusa_heads_without_changing_what_they_compute(tmp_path, target):
+    """Medusa's and Amphista's heads may be deepened when training continues (checked on Medusa here; the
+    Amphista case is in test_amphista_heads_deepen_without_changing_the_draft)."""
+    from dataclasses import replace
+
+    spec = _spec_or_skip("medusa")
+    published = tmp_path / "assets"
+    run(target, cfg(tmp_path, name="first", steps=2, eval_every=0, lr=1e-3, publish=str(published / "medusa")),
+        specs=[spec])
+    first = spec.cls.from_pretrained(published / "medusa", target)
+    deeper = replace(spec, hyper={**spec.hyper, "num_layers_per_head": 3})
+    cont = T.Trainer(cfg(tmp_path, name="cont", steps=2, eval_every=0, init_from=str(published)), target,
+                     records(), [deeper])
+    grown = cont.members[0].model
+    assert grown.config.num_layers_per_head == 3 and all(len(blocks) == 3 for blocks in grown.heads)
+    assert cont.members[0].init_record["grown"] == {"num_layers_per_head": [1, 3]}
+    feature = torch.randn(5, target.hidden_size)
+    with torch.no_grad():
+        torch.testing.assert_close(grown.float().head_states(feature.float()), first.float().head_states(feature))
+    cont.run()
+    assert spec.cls.from_pretrained(cont.out / "final", target).config.num_layers_per_head == 3
+    T.publish(cont.out, published / "medusa", "medusa")
+    assert "grown at the start of this run: `num_layers_per_head` 1 -> 3" in (
+        published / "medusa" / "README.md").read_text()
+    with pytest.raises(ValueError, match="num_layers_per_head"):  # heads never shrink
+        T.Trainer(cfg(tmp_path, name="c2", init_from=str(published)), target, records(),
+                  [replace(spec, hyper={**spec.hyper, "num_layers_per_head": 2})])
+
+
+def test_amphista_heads_deepen_without_changing_the_draft(target):
+    spec = _spec_or_skip("amphista")
+    model = spec.cls.random(target, seed=3).float()
+    s1, s2 = torch.randn(4, target.hidden_size), torch.randn(4, target.hidden_size)
+    with torch.no_grad():
+        before = model.auto_embed(model.head_states(s1, s2))
+        model.grow(num_layers_per_head=2)
+        after = model.auto_embed(model.head_states(s1, s2))
+    assert model.config.num_layers_per_head == 2 and all(len(blocks) == 2 for blocks in model.heads)
+    torch.testing.assert_close(after, before)
+    with pytest.raises(ValueError, match="deepen"):
+        model.grow(num_layers_per_head=1)
+
+
 def test_progress_counts_the_runs_a_continued_run_continues(tmp_path, target):
     """Curricula (MoA's staircase mask) see the drafter's whole training: a continued run starts late."""
     published = tmp_path / "assets"

@@ -43,7 +43,7 @@ import torch
 
 from core.drafters.base import TargetNeeds, Verified
 from core.drafters.checkpoint import DrafterConfig, TrainBatch, TrainedDrafter
-from core.drafters.medusa import ResBlock, multi_head_loss, perturb
+from core.drafters.medusa import ResBlock, deepen_heads, multi_head_loss, perturb
 from core.drafters.static_tree import StaticTreeMixin
 from core.kv_cache import KVCache
 from core.target import Target, decoder_layer
@@ -74,6 +74,7 @@ def _llama_layer(target: Target, idx: int) -> torch.nn.Module:
 class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
     name = "amphista"
     config_class = AmphistaConfig
+    growable = ("num_layers_per_head",)
 
     def __init__(self, config: AmphistaConfig, target: Target) -> None:
         super().__init__(config, target)
@@ -133,6 +134,9 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         if cache is not None:
             cache.commit(x.shape[1])
         return s1, s2
+
+    def grow(self, num_layers_per_head: int | None = None) -> None:
+        deepen_heads(self, num_layers_per_head)
 
     def head_states(self, s1: torch.Tensor, s2: torch.Tensor) -> torch.Tensor:
         """Stage outputs [..., H] -> drafting-head states [..., K, H]."""

@@ -81,6 +81,8 @@ class TrainedDrafter(torch.nn.Module, Drafter):
     """
 
     config_class: ClassVar[type[DrafterConfig]] = DrafterConfig
+    # hyper-parameters a continued run may raise: `grow` adds layers that start as the identity
+    growable: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: DrafterConfig, target: Target) -> None:
         torch.nn.Module.__init__(self)
@@ -95,6 +97,10 @@ class TrainedDrafter(torch.nn.Module, Drafter):
         cfg = cls.config_class(**{**hyper, **target_fields(target)})
         model = cls(cfg, target)
         return model.to(device=target.device, dtype=target.dtype).eval()
+
+    def grow(self, **larger: int) -> None:
+        """Raise the `growable` hyper-parameters in place without changing what the drafter computes."""
+        raise ValueError(f"{self.name} cannot grow {sorted(larger)}: its architecture is fixed once trained")
 
     # ----- the conversation's tokens join a reduced drafting vocabulary (draft_vocab.py) ----------
     def _observe(self, token_ids, new_conversation: bool = False) -> None:

@@ -74,6 +74,22 @@ def perturb(params: list[torch.Tensor], noise: float, seed: int) -> None:
         p.add_((torch.randn(p.shape, generator=gen) * std).to(device=p.device, dtype=p.dtype))
 
 
+def deepen_heads(drafter: TrainedDrafter, num_layers_per_head: int | None) -> None:
+    """Deepen every head of a Medusa-style drafter (`heads`: K sequences of ResBlocks) to
+    `num_layers_per_head` blocks. The new blocks are zero-initialised, so each head still computes what it
+    did (x + SiLU(0) = x) and a continued run starts where the drafter was."""
+    have = drafter.config.num_layers_per_head
+    if num_layers_per_head is None or num_layers_per_head == have:
+        return
+    if num_layers_per_head < have:
+        raise ValueError(f"{drafter.name} can only deepen its heads ({have} -> {num_layers_per_head} asked)")
+    like = drafter.heads[0][0].linear.weight
+    for blocks in drafter.heads:
+        for _ in range(num_layers_per_head - have):
+            blocks.append(ResBlock(drafter.config.hidden_size).to(device=like.device, dtype=like.dtype))
+    drafter.config.num_layers_per_head = num_layers_per_head
+
+
 def _ce_chunk(logits_fn, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """y: indices into the logits, -1 for a label outside the drafting vocabulary (no loss, rank = V)."""
     logits = logits_fn(x)
@@ -154,6 +170,7 @@ class MedusaConfig(DrafterConfig):
 class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
     name = "medusa"
     config_class = MedusaConfig
+    growable = ("num_layers_per_head",)
 
     def __init__(self, config: MedusaConfig, target: Target) -> None:
         super().__init__(config, target)
@@ -176,6 +193,9 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
         if tree_opts:
             model.set_options(**tree_opts)
         return model
+
+    def grow(self, num_layers_per_head: int | None = None) -> None:
+        deepen_heads(self, num_layers_per_head)
 
     def head_states(self, feature: torch.Tensor) -> torch.Tensor:
         """feature [..., H] -> head states [..., K, H] (before the final norm and LM head)."""

@@ -445,8 +445,9 @@ def published_folder(root: str | Path, name: str, single: bool) -> Path:
 def init_from_published(spec: DrafterSpec, target: Target, root: str | Path, single: bool) -> TrainedDrafter:
     """A published drafter to continue training: its weights, drafting vocabulary and feature scale.
 
-    The hyper-parameters asked for must be the ones it was built with (a continued run cannot change the
-    architecture); `checkpoint.TARGET_FIELDS` are filled from the target either way.
+    The hyper-parameters asked for must be the ones it was built with, except that a drafter's `growable`
+    ones may be raised (`TrainedDrafter.grow`: new layers start as the identity, recorded as `grown`);
+    `checkpoint.TARGET_FIELDS` are filled from the target either way.
     """
     from core.drafters.checkpoint import TARGET_FIELDS
 
@@ -455,6 +456,11 @@ def init_from_published(spec: DrafterSpec, target: Target, root: str | Path, sin
     have = model.config.to_json()
     clash = {k: (v, have.get(k)) for k, v in spec.hyper.items()
              if k not in TARGET_FIELDS and k in have and json.dumps(v) != json.dumps(have[k])}
+    grown = {k: [b, a] for k, (a, b) in clash.items()
+             if k in spec.cls.growable and isinstance(a, int) and isinstance(b, int) and a > b}
+    if grown:
+        model.grow(**{k: new for k, (_, new) in grown.items()})
+        clash = {k: v for k, v in clash.items() if k not in grown}
     if clash:
         said = ", ".join(f"{k}={a!r} asked, {b!r} there" for k, (a, b) in clash.items())
         raise ValueError(f"--init-from {folder}: the published {spec.name} drafter was built with other "
@@ -462,7 +468,8 @@ def init_from_published(spec: DrafterSpec, target: Target, root: str | Path, sin
     prior = model.checkpoint_meta.get("training", {})
     model.init_record = {"path": str(folder), "commit": _last_commit(folder),
                          "steps": prior.get("steps", 0), "tokens": prior.get("tokens", 0),
-                         "wall_time_s": prior.get("wall_time_s", 0.0), "training": prior}
+                         "wall_time_s": prior.get("wall_time_s", 0.0), "training": prior,
+                         **({"grown": grown} if grown else {})}
     return model
 
 
@@ -964,6 +971,9 @@ def model_card(name: str, meta: dict) -> str:
                      f"{prior.get('tokens')} tokens, {prior.get('wall_time_s', 0) / 3600:.2f} h; its own recipe is "
                      f"under `training.init_from` in config.json); in all: {total['steps']} steps, "
                      f"{total['tokens']} tokens, {total['wall_time_s'] / 3600:.2f} h")
+        for k, (was, now) in prior.get("grown", {}).items():
+            lines.append(f"- grown at the start of this run: `{k}` {was} -> {now} (the new layers start as the "
+                         "identity, so step 0 computes what the earlier run's drafter did)")
     if tr.get("joint_with"):
         lines.append(f"- trained jointly (same batches, same steps) with: {', '.join(tr['joint_with'])}")
     if not tr.get("complete", True):
