@@ -105,7 +105,7 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 
 # The shipped drafters: all six trained jointly (same batches, same optimiser steps), published to
 # assets/drafters/<name>, then benchmarked and their model cards given the measured tau. The recipe of the
-# committed checkpoints, in seven phases (rerun the same line to resume any phase after a stop):
+# committed checkpoints, in eight phases (rerun the same line to resume any phase after a stop):
 #   phase 1: 1,500 steps from random weights, lr 2e-3 (2.1 h on a 2-core Xeon, float32 target: faster there);
 #   phase 2: 1,200 more steps from phase 1's published weights (--init-from), lr 1e-3 re-warmed, another data
 #            order (seed 1), bfloat16 target (1.6 h on a 2-core EPYC, where bfloat16 is the faster one);
@@ -119,7 +119,11 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 #   phase 6: from phase 5's weights, 636 steps on assets/distill_v3 (1.45x distill_v2's answers, make data-v3),
 #            lr 6e-4 (20 warm-up steps), seed 5 (636 = --steps auto for 65 minutes on a 2-core AMD EPYC);
 #   phase 7: from phase 6's weights, 1,308 steps on assets/distill_v4 (distill_v3 plus 2,300 copy-task answers,
-#            make data-v4), lr 6e-4 (20 warm-up steps), seed 6 (1,308 = --steps auto for 75 minutes, 2-core EPYC).
+#            make data-v4), lr 6e-4 (20 warm-up steps), seed 6 (1,308 = --steps auto for 75 minutes, 2-core EPYC);
+#   phase 8: from phase 7's weights, 2,183 steps on assets/distill_v4, a lower peak lr (2.5e-4; Medusa 5e-4)
+#            with a longer warm-up (150 steps: each phase starts a fresh AdamW state), seed 7, with Medusa's and
+#            Amphista's heads deepened from 1 to 3 residual blocks (the new blocks start as the identity;
+#            TrainedDrafter.grow) (2,183 = --steps auto for 120 minutes, 2-core EPYC).
 # Every published card gives all phases (config.json: training.init_from nests the earlier phases' records).
 SHIPPED := eagle2,moa,moa-tli1,moa-tli3,medusa,amphista
 SHIPPED_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 \
@@ -128,6 +132,8 @@ SHIPPED_ARGS := --warmup 40 --dtype float32 --autocast off --eval-every 250 $(SH
 SHIPPED_CONTINUE := --dtype bfloat16 --autocast on --eval-every 200 --init-from assets/drafters $(SHIPPED_HYPER)
 SHIPPED_ARGS2 := --warmup 30 $(SHIPPED_CONTINUE)
 SHIPPED_ARGS3 := --warmup 20 $(SHIPPED_CONTINUE)
+SHIPPED_ARGS4 := --warmup 150 $(SHIPPED_CONTINUE)
+DEEPER_HEADS := --hyper medusa.num_layers_per_head=3 --hyper amphista.num_layers_per_head=3
 LOOKUP_BENCH := eagle2+lookup,moa+lookup,medusa+lookup,amphista+lookup
 SHIPPED_BENCH := --methods ar,pld,$(SHIPPED),$(LOOKUP_BENCH) --max-new-tokens 64 --per-category 2 --threads 2
 drafters: setup
@@ -148,6 +154,8 @@ drafters: setup
 	$(MAKE) data-v4
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v4 STEPS=1308 BATCH_TOKENS=1024 LR=6e-4 SEED=6 \
 		RUN=runs/shipped-phase7 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS3)"
+	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v4 STEPS=2183 BATCH_TOKENS=1024 LR=2.5e-4,medusa=5e-4 \
+		SEED=7 RUN=runs/shipped-phase8 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS4) $(DEEPER_HEADS)"
 	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(SHIPPED_BENCH) --out assets/results
 	$(PY) -m analysis.cards assets/results/summary.json
 	$(PY) -m analysis.copying --results assets/results --out assets/results/copying.json
