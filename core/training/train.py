@@ -456,8 +456,8 @@ def init_from_published(spec: DrafterSpec, target: Target, root: str | Path, sin
     have = model.config.to_json()
     clash = {k: (v, have.get(k)) for k, v in spec.hyper.items()
              if k not in TARGET_FIELDS and k in have and json.dumps(v) != json.dumps(have[k])}
-    grown = {k: [b, a] for k, (a, b) in clash.items()
-             if k in spec.cls.growable and isinstance(a, int) and isinstance(b, int) and a > b}
+    grown = {k: [had, asked] for k, (asked, had) in clash.items()
+             if k in spec.cls.growable and isinstance(asked, int) and isinstance(had, int) and asked > had}
     if grown:
         model.grow(**{k: new for k, (_, new) in grown.items()})
         clash = {k: v for k, v in clash.items() if k not in grown}
