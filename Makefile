@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PORT ?= 7860
 
-.PHONY: setup browser app test test-app test-fast lint data data-v2 data-v3 data-v4 train bench clean-venv
+.PHONY: setup browser app test test-app test-fast lint data data-v2 data-v3 data-v4 data-v5 train bench clean-venv
 
 setup: $(STAMP)
 
@@ -68,6 +68,12 @@ data-v3: setup
 
 data-v4: setup
 	$(call pooled_data,3,assets/distill_v3/distill.npz,v4,ans3,--passages assets/distill_v3/distill.npz)
+
+# assets/distill_v5: novel-passage copy tasks (distill_v4's training answers with 30% of their content words
+# swapped, passage_prompts.perturb_passages, seed 5) pooled with distill_v4. Generated in float32: the machine
+# that made it (a 2-core AVX2-only AMD EPYC) runs bfloat16 about 5x slower than float32.
+data-v5: setup
+	$(call pooled_data,5,assets/distill_v4/distill.npz,v5,novel5,--passages assets/distill_v4/distill.npz --perturb 0.3 --dtype float32)
 
 # The benchmark on the project's evaluation prompts (Spec-Bench format); see README for the committed run.
 BENCH_ARGS ?= --methods ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista --max-new-tokens 96

@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--tli", default=",".join(map(str, TLI_VALUES)), help="comma-separated N values")
     p.add_argument("--no-random", action="store_true", help="fail instead of using untrained stand-ins")
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    p.add_argument("--dtype", choices=["bfloat16", "float32", "auto"], default="bfloat16",
+                   help="target dtype; auto: bfloat16 where the hardware multiplies it natively, else float32")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--from-summary", metavar="SUMMARY_JSON", default=None,

@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.tree_sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", type=int, default=6, help="held-out prompts (one category after another)")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    p.add_argument("--dtype", choices=["bfloat16", "float32", "auto"], default="bfloat16",
+                   help="target dtype; auto: bfloat16 where the hardware multiplies it natively, else float32")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--methods", default=None, help="comma-separated: sweep only these methods' settings")
     p.add_argument("--out", required=True)

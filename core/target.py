@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import importlib.util
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,13 +48,36 @@ def smollm2_location() -> tuple[str, str]:
     return str(folder), SMOLLM2_GGUF
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AMX or AVX512-BF16). Elsewhere PyTorch converts
+    bfloat16 to float32 and back around every kernel: on a 2-core AVX2-only AMD EPYC a 1,024-token
+    target pass took 14.7 s in bfloat16 against 3.0 s in float32 (AMX Xeons: 0.8 s against 1.4 s)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set(cpuinfo.split())
+    return bool(flags & {"amx_bf16", "avx512_bf16"})
+
+
+def fast_dtype(device: torch.device) -> torch.dtype:
+    """`--dtype auto`: bfloat16 where it is fast (CUDA with bf16 support, a CPU with AMX/AVX512-BF16),
+    float32 elsewhere."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if device.type == "cpu" and cpu_has_fast_bf16() else torch.float32
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device | None = None) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "auto":
+        return fast_dtype(device if device is not None else torch.device("cpu"))
     table = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32,
              "float16": torch.float16, "fp16": torch.float16}
     if dtype not in table:
-        raise ValueError(f"unknown dtype {dtype!r}; choose one of bfloat16, float32, float16")
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of auto, bfloat16, float32, float16")
     return table[dtype]
 
 
@@ -315,8 +339,11 @@ def load_target(
 
     transformers.utils.logging.set_verbosity_error()  # GGUF conversion chatter; real errors still raise
     transformers.utils.logging.disable_progress_bar()
-    dt = resolve_dtype(dtype)
     dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if dt == torch.bfloat16 and dev.type == "cpu" and not cpu_has_fast_bf16():
+        warnings.warn("this CPU has no native bfloat16 (AMX / AVX512-BF16): bfloat16 runs several times slower "
+                      "than float32 here; pass dtype 'auto' or 'float32' for speed", stacklevel=2)
     kwargs = {}
     if name_or_path in (None, DEFAULT_TARGET):
         folder, gguf = smollm2_location()

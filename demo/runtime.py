@@ -5,7 +5,8 @@ No Gradio here: the tabs and the API call this, and tests can drive it directly.
 Configuration (environment variables, read when a `Runtime` is built):
   SPECLENS_TINY=1           a tiny random target and a trivial tokenizer (fast tests; text is "t12 t7 ...")
   SPECLENS_TARGET           target checkpoint (default: the shipped SmolLM2-135M-Instruct GGUF)
-  SPECLENS_DTYPE            bfloat16 (default) or float32
+  SPECLENS_DTYPE            auto (default: bfloat16 where the CPU/GPU multiplies it natively, else
+                             float32), bfloat16 or float32
   SPECLENS_DEVICE           auto (default), cpu or cuda
   SPECLENS_REFERENCE_TOKENS tokens of the plain-decoding reference run made after loading (default 16, 0 = none)
 """
@@ -97,7 +98,7 @@ class Runtime:
         env = os.environ
         self.tiny = env.get("SPECLENS_TINY", "0") not in ("", "0", "false") if tiny is None else tiny
         self.target_name = target or env.get("SPECLENS_TARGET") or None
-        self.dtype = dtype or env.get("SPECLENS_DTYPE", "bfloat16")
+        self.dtype = dtype or env.get("SPECLENS_DTYPE", "auto")  # core.target.fast_dtype
         self.device = device or env.get("SPECLENS_DEVICE", "auto")
         self.reference_tokens = int(env.get("SPECLENS_REFERENCE_TOKENS", "16")) if reference_tokens is None \
             else reference_tokens
@@ -120,7 +121,11 @@ class Runtime:
         if self.tiny:
             return "tiny random test target (no real text)"
         name = self.target_name or "SmolLM2-135M-Instruct"
-        return f"{name}, {self.dtype}, {self.device}"
+        from core.target import resolve_device, resolve_dtype
+
+        device = resolve_device(self.device)
+        dtype = str(resolve_dtype(self.dtype, device)).replace("torch.", "")
+        return f"{name}, {dtype}{' (auto)' if self.dtype == 'auto' else ''}, {self.device}"
 
     def load(self, progress: Callable[[float, str], None] | None = None) -> Target:
         """Load the target once; later calls return it at once. `progress(fraction, text)` reports steps."""

@@ -35,7 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(default: the shipped one under assets/drafters if present, else random)")
     p.add_argument("--drafter-options", default="", help="JSON: hyper-parameters of a random drafter / tree settings")
     p.add_argument("--target", default="smollm2", help="smollm2 (default), tiny, or a checkpoint path")
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    p.add_argument("--dtype", choices=["bfloat16", "float32", "auto"], default="bfloat16",
+                   help="target dtype; auto: bfloat16 where the hardware multiplies it natively, else float32")
     p.add_argument("--seed", type=int, default=0, help="seed of the link model (jitter, loss)")
     p.add_argument("--timing", choices=["measured", "model"], default="measured",
                    help="simulation: measured compute times, or the fixed CostModel (reproducible)")

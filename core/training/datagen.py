@@ -683,11 +683,16 @@ def main(argv: Iterable[str] | None = None) -> None:
     ap.add_argument("--passages", default=None, metavar="NPZ",
                     help="instead of core.training.prompts, use copy-task prompts built around the training-split "
                          "answers of this distill.npz (core.training.passage_prompts)")
+    ap.add_argument("--perturb", type=float, default=None, metavar="RATE",
+                    help="with --passages: make the passages novel first, swapping this share of their distinct "
+                         "content words (passage_prompts.perturb_passages; 0.3 for assets/distill_v5)")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--combine", nargs="+", default=None, metavar="RUN",
                     help="pool the finished shards of these run folders into --out (dataset, distill.npz, "
                          "recipe.json) instead of generating")
     args = ap.parse_args(argv)
+    if args.perturb is not None and not args.passages:
+        ap.error("--perturb needs --passages")
     if args.combine:
         try:
             recipe = combine_runs(args.combine, args.out)
@@ -717,7 +722,14 @@ def main(argv: Iterable[str] | None = None) -> None:
         def decode(ids, skip):
             return target.tokenizer.decode(ids, skip_special_tokens=skip)
 
-        prompts = passage_prompts(answer_passages(args.passages, decode), args.seed)
+        passages = answer_passages(args.passages, decode)
+        if args.perturb:
+            from core.training.passage_prompts import NOVEL_COUNTS, perturb_passages
+
+            prompts = passage_prompts(perturb_passages(passages, args.perturb, args.seed), args.seed,
+                                      NOVEL_COUNTS, tag="novel")
+        else:
+            prompts = passage_prompts(passages, args.seed)
     else:
         prompts = training_prompts(args.seed)
     prompts = select_prompts(prompts, args.limit, args.seed)

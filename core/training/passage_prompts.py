@@ -12,6 +12,14 @@ target's new answers copy from text the drafters have never seen verbatim.
 
 `passage_prompts(passages, seed)` is deterministic in its inputs; `answer_passages`
 reads the passages out of a compact distillation file (`datagen` `distill.npz`).
+
+`perturb_passages(passages, rate, seed)` makes the passages *novel* (the second copy-task
+set, `assets/distill_v5`): phase 7's passages were answers the drafters had already been
+trained on, so they could continue a passage's words from memory and never needed to look
+back at the prompt. Swapping a share of each passage's words for other words of the pool
+(and every number for a new one) keeps the text readable, but where the target copies a
+swapped word the drafter's memory names the original word and only its context has the
+right one: the loss then rewards reading the prompt, which is what copying is.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.training.prompts import LANGUAGES, MAX_PROMPT_CHARS, MAX_PROMPT_WORDS, Messages, _user
 
@@ -27,6 +35,8 @@ from core.training.prompts import LANGUAGES, MAX_PROMPT_CHARS, MAX_PROMPT_WORDS,
 PASSAGE_SOURCES = ("writing", "humanities", "stem", "conversation", "roleplay", "reasoning", "qa", "summarization")
 MIN_WORDS, MAX_WORDS = 50, 170
 PASSAGE_COUNTS = {"summarization": 900, "rag": 700, "extraction": 300, "translation": 400}
+NOVEL_RATE = 0.3  # share of a passage's distinct content words that perturb_passages swaps
+NOVEL_COUNTS = {"summarization": 1000, "rag": 800, "extraction": 300, "translation": 500}
 
 SUMMARY_ASKS = [
     "Summarize the following text in two or three sentences.", "Please summarize this passage.",
@@ -115,6 +125,52 @@ def answer_passages(distill_path: str, decode: Callable[[Sequence[int], bool], s
     return out
 
 
+_WORD = re.compile(r"[A-Za-z]{4,}")
+_NUMBER = re.compile(r"\b\d+\b")
+# Function-like words keep the grammar; swapping them would make text the target does not copy.
+_KEEP = frozenset("""that this with from have they their there these those which what when where were will would
+could should about also into than then them been being very more most some such only other over your just like
+each many much must make made does doing here while because after before""".split())
+
+
+def word_pool(passages: Sequence[Passage]) -> list[str]:
+    """Distinct content words (4+ letters, lower case) of the passages, sorted (deterministic)."""
+    words = {w.lower() for p in passages for w in _WORD.findall(p.text)}
+    return sorted(words - _KEEP)
+
+
+def perturb_passages(passages: Sequence[Passage], rate: float, seed: int) -> list[Passage]:
+    """Each passage with a `rate` share of its distinct content words swapped for pool words (the same
+    word always becomes the same new word, so the text stays coherent) and its numbers renewed.
+
+    The question (the request that produced the answer) gets the same swaps, word for word, so it
+    still asks about the passage's (new) words. Deterministic in (passages, rate, seed).
+    """
+    if not 0.0 < rate < 1.0:
+        raise ValueError(f"perturb rate must lie in (0, 1), got {rate}")
+    pool = word_pool(passages)
+    out = []
+    for p in passages:
+        rng = random.Random(f"perturb-{seed}-{p.source_id}")
+        mapping: dict[str, str] = {}
+
+        def word(m: re.Match, rng=rng, mapping=mapping) -> str:
+            w = m.group(0)
+            key = w.lower()
+            if key in _KEEP:
+                return w
+            if key not in mapping:
+                mapping[key] = rng.choice(pool) if rng.random() < rate else key
+            new = mapping[key]
+            return new.capitalize() if w[0].isupper() else new
+
+        text = _NUMBER.sub(lambda m, rng=rng: str(rng.randint(2, 10 ** max(1, len(m.group(0))) - 1)),
+                           _WORD.sub(word, p.text))
+        question = _WORD.sub(word, p.question)
+        out.append(replace(p, source_id=f"{p.source_id}~{seed}", text=text, question=question))
+    return out
+
+
 def _question(rng: random.Random, p: Passage) -> str:
     if p.question and rng.random() < 0.7:
         return p.question
@@ -157,8 +213,11 @@ GENERATORS = {"summarization": gen_summarization, "rag": gen_rag, "extraction": 
               "translation": gen_translation}
 
 
-def passage_prompts(passages: Sequence[Passage], seed: int, counts: dict[str, int] | None = None) -> list[dict]:
-    """Prompt records {prompt_id, category, messages}; ids are '<category>-ans-<n>' (distinct from prompts.py's)."""
+def passage_prompts(passages: Sequence[Passage], seed: int, counts: dict[str, int] | None = None,
+                    tag: str = "ans") -> list[dict]:
+    """Prompt records {prompt_id, category, messages}; ids are '<category>-<tag>-<n>' (distinct from
+    prompts.py's; the novel-passage set uses tag 'novel' so that pooling it with the first set never
+    merges ids)."""
     if not passages:
         raise ValueError("no usable passages: the distillation file has no prose answers in its training split")
     counts = PASSAGE_COUNTS if counts is None else counts
@@ -176,6 +235,6 @@ def passage_prompts(passages: Sequence[Passage], seed: int, counts: dict[str, in
             if text in seen or len(text.split()) > MAX_PROMPT_WORDS or len(text) > MAX_PROMPT_CHARS:
                 continue
             seen.add(text)
-            out.append({"prompt_id": f"{category}-ans-{made:05d}", "category": category, "messages": msgs})
+            out.append({"prompt_id": f"{category}-{tag}-{made:05d}", "category": category, "messages": msgs})
             made += 1
     return out
