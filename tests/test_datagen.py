@@ -151,6 +151,13 @@ def test_combine_pools_finished_shards_of_several_runs(target, tmp_path):
     assert recipe["counts"]["prompts"] == 10 + len(kept) == 15
     assert [(r["shards_finished"], r["shards_planned"]) for r in recipe["runs"]] == [(2, 2), (1, 2)]
     assert recipe["runs"][1]["settings"]["seed"] == 1
+    # a run's own recipe (its dtype, command and hardware) travels into the pooled one
+    (full / "recipe.json").write_text(json.dumps({"settings": {"dtype": "float32"}, "command": "datagen --x",
+                                                  "hardware": {"cpu_count": 2}}))
+    described = combine_runs([full], tmp_path / "described")["runs"][0]
+    assert described["settings"]["dtype"] == "float32" and described["settings"]["seed"] == 0
+    assert described["command"] == "datagen --x" and described["hardware"] == {"cpu_count": 2}
+    (full / "recipe.json").unlink()
     grown = combine_runs([tmp_path / "pooled" / "distill.npz", full], tmp_path / "grown")  # earlier data + a run
     assert grown["counts"]["prompts"] == 15 and grown["runs"][0]["recipe"]["counts"]["prompts"] == 15
     assert grown["runs"][1]["repeated_prompts_dropped"] == 10

@@ -580,6 +580,11 @@ def combine_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict:
             plan = json.loads((Path(run) / "plan.json").read_text())
             entry = {"folder": str(run), "settings": plan["config"], "shards_finished": len(metas),
                      "shards_planned": len(plan["shard_hashes"])}
+            own = Path(run) / "recipe.json"  # the run's own recipe: how it was generated (dtype, command, CPU)
+            if own.exists():
+                mine = json.loads(own.read_text())
+                entry["settings"] = {**entry["settings"], "dtype": mine.get("settings", {}).get("dtype")}
+                entry.update({k: mine[k] for k in ("command", "hardware") if k in mine})
         else:  # earlier pooled or exported data, described by its own recipe
             found, metas = load_distill(run), None
             recipe_file = find_recipe(run)
