@@ -113,6 +113,10 @@ def analyze(results: str | Path, drafters: Sequence[str], heldout: str | None, h
     from core.training.train import load_records
 
     results = Path(results)
+    for needed in ("summary.json", "ar.jsonl"):
+        if not (results / needed).exists():
+            raise FileNotFoundError(f"{results} is not a benchmark folder with plain decoding in it (no {needed}); "
+                                    "run analysis.bench with the ar method first")
     summary = json.loads((results / "summary.json").read_text())
     questions = read_questions(summary["config"]["questions_file"])
     ar_rows = [json.loads(line) for line in (results / "ar.jsonl").read_text().splitlines() if line.strip()]
