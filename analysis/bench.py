@@ -43,7 +43,7 @@ from analysis.traces import TraceWriter, compact_trace
 from core.decoding import generate
 from core.drafters.base import Drafter
 from core.drafters.lookup_branch import base_method
-from core.target import Target
+from core.target import Target, add_dtype_argument
 from core.verify import SamplingConfig
 
 BASELINE = "ar"
@@ -277,8 +277,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="base seed of the per-question sampling seeds")
-    p.add_argument("--dtype", choices=["bfloat16", "float32", "auto"], default="bfloat16",
-                   help="target dtype; auto: bfloat16 where the hardware multiplies it natively, else float32")
+    add_dtype_argument(p)
     p.add_argument("--device", default="auto")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2-135M-Instruct GGUF)")
     p.add_argument("--limit", type=int, default=None, help="first K questions only")

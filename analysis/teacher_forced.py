@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from core.target import add_dtype_argument
 from core.training.prompts import read_questions
 from core.training.train import collate, make_sequences, resolve_spec, target_batch, union_needs
 
@@ -68,15 +69,15 @@ def tree_width(model) -> int | None:
 
 
 @torch.no_grad()
-def measure(target, models: dict[str, torch.nn.Module], records: Sequence[dict], progress: bool = True,
-            autocast: bool = True) -> dict[str, dict]:
+def measure(target, models: dict[str, torch.nn.Module], records: Sequence[dict],
+            progress: bool = True) -> dict[str, dict]:
     """Per drafter: {"overall": metrics, "by_category": {category: metrics}}, each metric a mean over
-    answer tokens, plus "tokens"."""
+    answer tokens, plus "tokens". A bfloat16 target runs the drafters under bfloat16 autocast, as training did."""
     seqs = make_sequences(list(records), MAX_LEN)
     kept = [r for r in records if r["answer_ids"]]  # make_sequences skips empty answers, in order
     needs = union_needs(list(models.values()))
     sums: dict[str, dict[str, defaultdict]] = {n: {} for n in models}
-    use_autocast = autocast and target.dtype == torch.bfloat16
+    use_autocast = target.dtype == torch.bfloat16
     for i in tqdm(range(len(seqs)), desc="teacher-forced", disable=not progress):
         ids, loss_mask, attn = collate(seqs, [i], target.device)
         batch = target_batch(target, needs, ids, loss_mask, attn)
@@ -135,8 +136,7 @@ def analyze(results: str | Path, drafters: Sequence[str], heldout: str | None, h
               "dtype": str(target.dtype).replace("torch.", ""), "eval": measure(target, models, records, progress)}
     if heldout:
         held = [r for r in load_records(heldout) if r["split"] == "heldout"][:heldout_records]
-        result["heldout"] = {"data": heldout, "records": len(held), **{"drafters": measure(target, models, held,
-                                                                                           progress)}}
+        result["heldout"] = {"data": heldout, "records": len(held), "drafters": measure(target, models, held, progress)}
     result["decoding_acc1"] = {n: (summary["methods"].get(n, {}).get("overall", {}).get("acceptance_by_position")
                                    or [None])[0] for n in drafters}
     result["tree_width"] = {n: tree_width(m) for n, m in models.items()}
@@ -171,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(auto: the data the drafters were trained on, from their config.json; '' to skip)")
     p.add_argument("--heldout-records", type=int, default=120)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--dtype", choices=["bfloat16", "float32", "auto"], default=None,
-                   help="target dtype (default: the benchmark's)")
+    add_dtype_argument(p, default=None, help="target dtype (default: the benchmark's)")
     p.add_argument("--out", default=None, help="write the result as JSON here (and a .md table beside it)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -186,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     for name, ev in result["eval"].items():
         w = result["tree_width"].get(name)
-        cats = ", ".join(f"{c} {(_first_position(m, w)[1] or _first_position(m, w)[0]):.2f}"
-                         for c, m in ev["by_category"].items())
+        key = f"top{w}@1" if w else "acc@1"
+        cats = ", ".join(f"{c} {m[key]:.2f}" for c, m in ev["by_category"].items())
         print(f"{name} by category ({'top-' + str(w) if w else 'acc'}@1): {cats}")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -33,7 +33,7 @@ from analysis import metrics
 from analysis.bench import load_questions, run_benchmark
 from core.decoding import generate
 from core.drafters.base import Autoregressive, Drafter
-from core.target import Target
+from core.target import Target, add_dtype_argument
 from core.verify import SamplingConfig
 
 TLI_VALUES = (0, 1, 3)
@@ -229,8 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--tli", default=",".join(map(str, TLI_VALUES)), help="comma-separated N values")
     p.add_argument("--no-random", action="store_true", help="fail instead of using untrained stand-ins")
-    p.add_argument("--dtype", choices=["bfloat16", "float32", "auto"], default="bfloat16",
-                   help="target dtype; auto: bfloat16 where the hardware multiplies it natively, else float32")
+    add_dtype_argument(p)
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--from-summary", metavar="SUMMARY_JSON", default=None,

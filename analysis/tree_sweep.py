@@ -25,7 +25,7 @@ import torch
 
 from analysis.bench import run_benchmark
 from core.drafters.base import Autoregressive, Drafter
-from core.target import Target
+from core.target import Target, add_dtype_argument
 
 DISTILL = Path(__file__).resolve().parent.parent / "assets" / "distill"
 # (method, label suffix, options): dynamic trees as (depth, top_k, total_tokens), static trees by size
@@ -107,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.tree_sweep", description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", type=int, default=6, help="held-out prompts (one category after another)")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--dtype", choices=["bfloat16", "float32", "auto"], default="bfloat16",
-                   help="target dtype; auto: bfloat16 where the hardware multiplies it natively, else float32")
+    add_dtype_argument(p)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--methods", default=None, help="comma-separated: sweep only these methods' settings")
     p.add_argument("--out", required=True)

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from core.decoding import generate
 from core.methods import available_methods, build_drafter
-from core.target import load_target
+from core.target import add_dtype_argument, load_target
 from core.verify import SamplingConfig
 
 
@@ -27,8 +27,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--dtype", choices=["bfloat16", "float32", "auto"], default="bfloat16",
-                   help="target dtype; auto: bfloat16 where the hardware multiplies it natively, else float32")
+    add_dtype_argument(p)
     p.add_argument("--device", default="auto")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2-135M-Instruct GGUF)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint folder, or 'random' (untrained)")

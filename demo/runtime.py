@@ -25,7 +25,7 @@ from core.decoding import generate_stream
 from core.drafters.base import Drafter
 from core.drafters.lookup_branch import LookupBranch, base_method
 from core.methods import build_drafter, default_drafter_folder
-from core.target import Target, load_target, tiny_target
+from core.target import Target, load_target, resolve_device, resolve_dtype, tiny_target
 from core.verify import SamplingConfig
 from demo.render import generation_stats, token_pieces, tokens_from_events
 
@@ -121,8 +121,6 @@ class Runtime:
         if self.tiny:
             return "tiny random test target (no real text)"
         name = self.target_name or "SmolLM2-135M-Instruct"
-        from core.target import resolve_device, resolve_dtype
-
         device = resolve_device(self.device)
         dtype = str(resolve_dtype(self.dtype, device)).replace("torch.", "")
         return f"{name}, {dtype}{' (auto)' if self.dtype == 'auto' else ''}, {self.device}"

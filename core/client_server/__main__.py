@@ -17,6 +17,8 @@ import argparse
 import json
 import sys
 
+from core.target import add_dtype_argument
+
 from .network import PRESETS, parse_window, preset
 from .protocol import METHODS
 
@@ -35,8 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(default: the shipped one under assets/drafters if present, else random)")
     p.add_argument("--drafter-options", default="", help="JSON: hyper-parameters of a random drafter / tree settings")
     p.add_argument("--target", default="smollm2", help="smollm2 (default), tiny, or a checkpoint path")
-    p.add_argument("--dtype", choices=["bfloat16", "float32", "auto"], default="bfloat16",
-                   help="target dtype; auto: bfloat16 where the hardware multiplies it natively, else float32")
+    add_dtype_argument(p)
     p.add_argument("--seed", type=int, default=0, help="seed of the link model (jitter, loss)")
     p.add_argument("--timing", choices=["measured", "model"], default="measured",
                    help="simulation: measured compute times, or the fixed CostModel (reproducible)")
