@@ -111,7 +111,7 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 
 # The shipped drafters: all six trained jointly (same batches, same optimiser steps), published to
 # assets/drafters/<name>, then benchmarked and their model cards given the measured tau. The recipe of the
-# committed checkpoints, in eight phases (rerun the same line to resume any phase after a stop):
+# committed checkpoints, in nine phases (rerun the same line to resume any phase after a stop):
 #   phase 1: 1,500 steps from random weights, lr 2e-3 (2.1 h on a 2-core Xeon, float32 target: faster there);
 #   phase 2: 1,200 more steps from phase 1's published weights (--init-from), lr 1e-3 re-warmed, another data
 #            order (seed 1), bfloat16 target (1.6 h on a 2-core EPYC, where bfloat16 is the faster one);
@@ -129,7 +129,10 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 #   phase 8: from phase 7's weights, 2,183 steps on assets/distill_v4, a lower peak lr (2.5e-4; Medusa 5e-4)
 #            with a longer warm-up (150 steps: each phase starts a fresh AdamW state), seed 7, with Medusa's and
 #            Amphista's heads deepened from 1 to 3 residual blocks (the new blocks start as the identity;
-#            TrainedDrafter.grow) (2,183 = --steps auto for 120 minutes, 2-core EPYC).
+#            TrainedDrafter.grow) (2,183 = --steps auto for 120 minutes, 2-core EPYC);
+#   phase 9: from phase 8's weights, 1,362 steps on assets/distill_v5 (distill_v4 plus 2,600 novel-passage copy
+#            tasks, make data-v5), same lr and warm-up as phase 8, seed 8 (1,362 = --steps auto for 110 minutes,
+#            2-core EPYC with AVX512-BF16).
 # Every published card gives all phases (config.json: training.init_from nests the earlier phases' records).
 SHIPPED := eagle2,moa,moa-tli1,moa-tli3,medusa,amphista
 SHIPPED_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 \
@@ -162,6 +165,9 @@ drafters: setup
 		RUN=runs/shipped-phase7 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS3)"
 	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v4 STEPS=2183 BATCH_TOKENS=1024 LR=2.5e-4,medusa=5e-4 \
 		SEED=7 RUN=runs/shipped-phase8 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS4) $(DEEPER_HEADS)"
+	$(MAKE) data-v5
+	$(MAKE) train DRAFTERS=$(SHIPPED) DATA=assets/distill_v5 STEPS=1362 BATCH_TOKENS=1024 LR=2.5e-4,medusa=5e-4 \
+		SEED=8 RUN=runs/shipped-phase9 PUBLISH=assets/drafters TRAIN_ARGS="$(SHIPPED_ARGS4) $(DEEPER_HEADS)"
 	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(SHIPPED_BENCH) --out assets/results
 	$(PY) -m analysis.cards assets/results/summary.json
 	$(PY) -m analysis.copying --results assets/results --out assets/results/copying.json
