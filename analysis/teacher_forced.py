@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         cats = ", ".join(f"{c} {m[key]:.2f}" for c, m in ev["by_category"].items())
         print(f"{name} by category ({'top-' + str(w) if w else 'acc'}@1): {cats}")
     if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         Path(args.out).with_suffix(".md").write_text(text + "\n")
         print(f"wrote {args.out}", file=sys.stderr)

@@ -13,6 +13,7 @@ from core.training.datagen import (
     GenConfig,
     build_recipe,
     combine_runs,
+    drop_answered,
     export_compact,
     generate_batch,
     is_sampled,
@@ -172,6 +173,17 @@ def test_combine_pools_finished_shards_of_several_runs(target, tmp_path):
     shard_path(empty, 0).unlink()
     with pytest.raises(FileNotFoundError, match="no finished shard"):
         combine_runs([full, empty], tmp_path / "bad")
+
+
+def test_skip_answered_leaves_out_prompts_an_earlier_dataset_has(target, tmp_path):
+    earlier = make_items(6, seed=0)
+    run_generation(target, earlier, tmp_path / "earlier", config(), progress=False)
+    npz = export_compact(merge_shards(tmp_path / "earlier"), tmp_path / "earlier.npz")
+    fresh = [dict(it, prompt_id=f"new-{i}", prompt_ids=it["prompt_ids"] + [5, 6]) for i, it in enumerate(earlier)]
+    mixed = [fresh[0], earlier[2], fresh[1], earlier[4], fresh[2]]
+    kept = drop_answered(mixed, npz)
+    assert kept == [fresh[0], fresh[1], fresh[2]]  # same prompt ids = answered, whatever the prompt_id label
+    assert drop_answered(fresh, npz) == fresh
 
 
 def test_plan_groups_by_mode_category_and_length():

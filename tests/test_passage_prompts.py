@@ -116,8 +116,10 @@ def test_novel_prompts_use_their_own_ids():
     assert not {p["prompt_id"] for p in prompts} & {p["prompt_id"] for p in passage_prompts(pool, 5, counts)}
 
 
-def test_real_novel_prompts_are_disjoint_from_eval():
-    """The committed recipe of assets/distill_v5: distill_v4's training answers, perturbed (seed 5, rate 0.3)."""
+@pytest.mark.parametrize("rate,seed", [(None, 5), (0.6, 7)])
+def test_real_novel_prompts_are_disjoint_from_eval(rate, seed):
+    """The committed recipes of assets/distill_v5 (distill_v4's training answers perturbed at rate 0.3, seed 5)
+    and assets/distill_novel7 (rate 0.6, seed 7; a 1,600-prompt subset of these)."""
     from transformers import AutoTokenizer
 
     from core.target import smollm2_location
@@ -127,10 +129,10 @@ def test_real_novel_prompts_are_disjoint_from_eval():
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
     passages = answer_passages(str(ROOT / "assets" / "distill_v4" / "distill.npz"),
                                lambda ids, skip: tok.decode(ids, skip_special_tokens=skip))
-    novel = perturb_passages(passages, NOVEL_RATE, seed=5)
+    novel = perturb_passages(passages, rate or NOVEL_RATE, seed=seed)
     changed = sum(n.text != p.text for n, p in zip(novel, passages)) / len(passages)
     assert changed > 0.95
-    prompts = passage_prompts(novel, seed=5, counts=NOVEL_COUNTS, tag="novel")
+    prompts = passage_prompts(novel, seed=seed, counts=NOVEL_COUNTS, tag="novel")
     assert len(prompts) == sum(NOVEL_COUNTS.values())
     for eval_file in ("speclens_eval.jsonl", "smoke.jsonl"):
         assert_disjoint(prompts, ROOT / "assets" / "prompts" / eval_file)

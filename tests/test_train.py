@@ -109,6 +109,21 @@ def test_sequences_cut_keeps_half_the_window_for_the_answer():
     assert ids.shape == (2, 32) and int(loss[0].sum()) == 16 and bool(attn.all())
 
 
+def test_data_sources_repeat_training_records_only(tmp_path, monkeypatch):
+    assert T.data_sources("a.npz") == [("a.npz", 1)]
+    assert T.data_sources("a.npz, b.npz*3") == [("a.npz", 1), ("b.npz", 3)]
+    for bad in ("a.npz,", "a.npz*x", "a.npz*0"):
+        with pytest.raises(ValueError, match="--data"):
+            T.data_sources(bad)
+    old, new = records(4, 1, seed=1), records(3, 2, seed=2)
+    from core.training import datagen
+    monkeypatch.setattr(datagen, "load_distill", lambda path: {"old": old, "new": new}[path])
+    got = T.load_records("old,new*3")
+    heldout = [r for r in got if r["split"] == "heldout"]
+    assert len(got) == 5 + 5 + 2 * 3 and heldout == old[4:] + new[3:]
+    assert [r for r in got if r["split"] == "train"] == old[:4] + new[:3] * 3
+
+
 def test_lr_schedule():
     f = [T.lr_factor(s, 10, 100, 0.1) for s in range(100)]
     assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)

@@ -122,6 +122,15 @@ def prepare_items(target, prompts: Sequence[dict], cfg: GenConfig, log=None) -> 
     return items
 
 
+def drop_answered(items: Sequence[dict], npz: str | Path, log=None) -> list[dict]:
+    """Items whose prompt token ids no record of `npz` has; the order is kept (the plan stays reproducible)."""
+    answered = {tuple(r["prompt_ids"]) for r in load_distill(npz)}
+    kept = [it for it in items if tuple(it["prompt_ids"]) not in answered]
+    if log is not None:
+        log(f"--skip-answered {npz}: left out {len(items) - len(kept)} of {len(items)} prompts answered there")
+    return kept
+
+
 def plan_shards(items: Sequence[dict], shard_size: int) -> list[list[dict]]:
     """Order items by (sampled?, category, prompt length, id) and cut them into shards of shard_size.
 
@@ -691,6 +700,9 @@ def main(argv: Iterable[str] | None = None) -> None:
     ap.add_argument("--perturb", type=float, default=None, metavar="RATE",
                     help="with --passages: make the passages novel first, swapping this share of their distinct "
                          "content words (passage_prompts.perturb_passages; 0.3 for assets/distill_v5)")
+    ap.add_argument("--skip-answered", default=None, metavar="NPZ",
+                    help="leave out prompts whose token ids this earlier distill.npz already answered (a new prompt "
+                         "seed repeats some of the earlier seeds' template draws)")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--combine", nargs="+", default=None, metavar="RUN",
                     help="pool the finished shards of these run folders into --out (dataset, distill.npz, "
@@ -739,6 +751,8 @@ def main(argv: Iterable[str] | None = None) -> None:
         prompts = training_prompts(args.seed)
     prompts = select_prompts(prompts, args.limit, args.seed)
     items = prepare_items(target, prompts, cfg, log=log if args.worker is None else None)
+    if args.skip_answered:
+        items = drop_answered(items, args.skip_answered, log=log if args.worker is None else None)
     if args.worker is not None:  # one of several worker processes: generate its shards and stop
         run_generation(target, items, out, cfg, progress=False, log=log, worker=(args.worker, args.workers))
         return

@@ -252,10 +252,36 @@ def eval_subset(seqs: Sequences, max_tokens: int, batch_tokens: int) -> list[lis
     return pack(np.array(keep), lengths, batch_tokens, window=len(keep))
 
 
-def load_records(path: str | Path) -> list[dict]:
+def data_sources(spec: str | Path) -> list[tuple[str, int]]:
+    """`--data` as (path, repeats): "A" or "A,B*3" (B's training records three times per epoch)."""
+    sources = []
+    for part in str(spec).split(","):
+        path, _, times = part.strip().partition("*")
+        if not path:
+            raise ValueError(f"--data {spec!r}: an empty source")
+        try:
+            repeats = int(times) if times else 1
+        except ValueError:
+            raise ValueError(f"--data {spec!r}: the repeat count after '*' must be an integer") from None
+        if repeats < 1:
+            raise ValueError(f"--data {spec!r}: a repeat count must be at least 1")
+        sources.append((path, repeats))
+    return sources
+
+
+def load_records(spec: str | Path) -> list[dict]:
+    """Records of every `--data` source; a source's training records repeated by its count, held-out once.
+
+    Repeating a source over-samples fresh data against data the drafters have already seen many
+    times (the trainer's epochs then cover it that many times as often)."""
     from core.training.datagen import load_distill
 
-    return load_distill(path)
+    records = []
+    for path, repeats in data_sources(spec):
+        found = load_distill(path)
+        records += found
+        records += [r for r in found if r.get("split") != "heldout"] * (repeats - 1)
+    return records
 
 
 # ------------------------------------------------------------------------------------------
@@ -521,7 +547,11 @@ class Trainer:
             if len(self.train_seqs) else 0,
             "max_len": cfg.max_len, "prompts_cut": self.train_seqs.cut_prompts + self.heldout_seqs.cut_prompts,
         }
-        recipe = find_recipe(cfg.data)
+        sources = data_sources(cfg.data)
+        if len(sources) > 1:
+            self.data_info["sources"] = [{"path": path, "repeats": n, "recipe": str(find_recipe(path) or "")}
+                                         for path, n in sources]
+        recipe = find_recipe(sources[0][0])
         if recipe:
             self.data_info["recipe"] = str(recipe)
             with contextlib.suppress(ValueError, OSError):
@@ -957,7 +987,9 @@ def model_card(name: str, meta: dict) -> str:
         f"- data: `{data.get('path')}` ({data.get('train_records')} training / {data.get('heldout_records')} "
         f"held-out sequences, {data.get('train_tokens')} training tokens per epoch, max length "
         f"{data.get('max_len')}){'; recipe: `' + data['recipe'] + '`' if data.get('recipe') else ''}"
-        f"{' (committed copy: `assets/distill/recipe.json`)' if _names_other_recipe(data.get('recipe')) else ''}",
+        f"{' (committed copy: `assets/distill/recipe.json`)' if _names_other_recipe(data.get('recipe')) else ''}"
+        + "".join(f"; `{src['path']}`'s training records {src['repeats']}x per epoch" for src in data.get("sources", [])
+                  if src["repeats"] > 1),
         f"- steps: {tr.get('steps')} of {tr.get('planned_steps')} planned, {tr.get('tokens')} tokens seen, "
         f"about {tr.get('batch_tokens')} tokens per batch",
         f"- optimiser: AdamW, lr {tr.get('lr')}, {tr.get('warmup')} warm-up steps, cosine to "
@@ -1100,7 +1132,9 @@ def build_parser() -> argparse.ArgumentParser:
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--drafter", help="eagle2, moa, moa-tli1, moa-tli2, moa-tli3, medusa or amphista")
     who.add_argument("--drafters", help="comma-separated: train these jointly on the same batches")
-    p.add_argument("--data", default="data/distill/dataset", help="distillation data (Arrow folder or .npz)")
+    p.add_argument("--data", default="data/distill/dataset",
+                   help="distillation data (Arrow folder or .npz); several comma-separated, each optionally "
+                        "'*K' to repeat its training records K times (e.g. old.npz,new.npz*3)")
     p.add_argument("--out", default=None, help="run folder (default runs/<name>, or runs/joint-<names>)")
     p.add_argument("--target", default="smollm2", help="target model ('smollm2', a folder, or 'tiny' for tests)")
     p.add_argument("--steps", default="1000",
