@@ -47,8 +47,8 @@ data: setup
 
 # More data: one more generation run on new prompts (answers up to 128 tokens), pooled with the earlier data.
 # $(call pooled_data,SEED,EARLIER,VERSION,RUN,EXTRA): prompt seed SEED -> data/distill-RUN (datagen EXTRA args),
-# pooled with EARLIER into assets/distill_VERSION (resumable; a run stopped early contributes its finished
-# shards, as its recipe says).
+# pooled with EARLIER (may be empty: the run alone) into assets/distill_VERSION (resumable; a run stopped early
+# contributes its finished shards, as its recipe says).
 define pooled_data
 	$(PY) -m core.training.datagen --out data/distill-$(4) --seed $(1) --max-new-tokens 128 --batch-size 48 \
 		--shard-size 96 --workers 2 --recipe none $(5)
@@ -79,21 +79,13 @@ data-v5: setup
 # answered), because by phase 9 the drafters fit their training answers far better than held-out ones. Phase 10
 # (tried, not published: its held-out accuracy fell; README) trained on distill_v5 + this x2 + distill_novel7 x3.
 data-s6: setup
-	$(PY) -m core.training.datagen --out data/distill-s6 --seed 6 --max-new-tokens 128 --batch-size 48 \
-		--shard-size 96 --workers 2 --recipe none --skip-answered assets/distill_v5/distill.npz
-	$(PY) -m core.training.datagen --combine data/distill-s6 --out data/distill-s6-pooled \
-		--recipe assets/distill_s6/recipe.json
-	mkdir -p assets/distill_s6 && cp data/distill-s6-pooled/distill.npz assets/distill_s6/distill.npz
+	$(call pooled_data,6,,s6,gen-s6,--skip-answered assets/distill_v5/distill.npz)
 
 # assets/distill_novel7: a stronger novel-passage lesson than distill_v5's: 60% of each passage's distinct content
 # words swapped (seed 7; 1,600 of the copy-task prompts), so that memory of the training answers no longer helps
 # and only reading the context does.
 data-novel7: setup
-	$(PY) -m core.training.datagen --out data/distill-novel7 --seed 7 --max-new-tokens 128 --batch-size 48 \
-		--shard-size 96 --workers 2 --recipe none --passages assets/distill_v4/distill.npz --perturb 0.6 --limit 1600
-	$(PY) -m core.training.datagen --combine data/distill-novel7 --out data/distill-novel7-pooled \
-		--recipe assets/distill_novel7/recipe.json
-	mkdir -p assets/distill_novel7 && cp data/distill-novel7-pooled/distill.npz assets/distill_novel7/distill.npz
+	$(call pooled_data,7,,novel7,gen-novel7,--passages assets/distill_v4/distill.npz --perturb 0.6 --limit 1600)
 
 # The benchmark on the project's evaluation prompts (Spec-Bench format); see README for the committed run.
 BENCH_ARGS ?= --methods ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista --max-new-tokens 96

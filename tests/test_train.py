@@ -109,7 +109,7 @@ def test_sequences_cut_keeps_half_the_window_for_the_answer():
     assert ids.shape == (2, 32) and int(loss[0].sum()) == 16 and bool(attn.all())
 
 
-def test_data_sources_repeat_training_records_only(tmp_path, monkeypatch):
+def test_data_sources_repeat_training_records_only(monkeypatch):
     assert T.data_sources("a.npz") == [("a.npz", 1)]
     assert T.data_sources("a.npz, b.npz*3") == [("a.npz", 1), ("b.npz", 3)]
     for bad in ("a.npz,", "a.npz*x", "a.npz*0"):

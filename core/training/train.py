@@ -1206,11 +1206,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     specs = [resolve_spec(n, cfg.hyper.get(n)) for n in cfg.drafters]
+    try:  # before the target loads: a wrong --data fails at once, with a message
+        records = load_records(cfg.data)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"train: {e}") from None
     from accelerate import Accelerator, DistributedDataParallelKwargs
 
     acc = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
     target = load_training_target(cfg.target, cfg.dtype, acc.device)
-    records = load_records(cfg.data)
     trainer = Trainer(cfg, target, records, specs, accelerator=acc)
     del records  # the trainer keeps compact token arrays only
     result = trainer.run()
