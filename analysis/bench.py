@@ -7,7 +7,7 @@ Reads any Spec-Bench `question.jsonl` (multi-turn questions are answered turn
 by turn; the chat history holds the earlier turns and the model's own answers)
 and writes to --out:
 
-    <method>.jsonl             Spec-Bench answer file (DESIGN.md section 9)
+    <method>.jsonl             Spec-Bench answer file (docs/ARCHITECTURE.md, "Formats")
     summary.json               per method, overall and per category (analysis.metrics)
     report.html                plotly figures (analysis.report)
     traces/<method>.jsonl.gz   compact step traces for the failure analysis (analysis.failures)
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shlex
 import sys
 import time
@@ -42,7 +41,7 @@ from analysis import metrics
 from analysis.traces import TraceWriter, compact_trace
 from core.decoding import generate
 from core.drafters.base import Drafter
-from core.drafters.lookup_branch import base_method
+from core.methods import MethodName, parse_method
 from core.target import Target, add_dtype_argument
 from core.verify import SamplingConfig
 
@@ -113,11 +112,15 @@ def run_benchmark(
     stop_tokens: set[int] | None = None,
     report: bool = True,
     plotlyjs: str = "cdn",
+    floor: bool = True,
 ) -> dict:
     """Run every drafter (label -> Drafter, `ar` among them for speedups) on the questions; write the files.
 
     chat_ids(messages) -> prompt ids and decode(ids) -> text default to the target's
     chat template and tokenizer; tests pass their own for targets without one.
+    floor: also report this machine's bare-matmul floor and cost curve (core.cost_curve; both cached per
+    machine, the tiny test target uses the fixed cost model) and, per method, the speedup as a share of the
+    ideal one (analysis.metrics).
     Returns the summary dict (also written to out_dir/summary.json).
     """
     out = Path(out_dir)
@@ -139,6 +142,12 @@ def run_benchmark(
             generate(target, drafters[label], chat_ids(first), min(WARMUP_TOKENS, max_new_tokens), sampling,
                      stop_tokens=stop_tokens)
 
+    curve, floor_ms = None, None
+    if floor:  # after the warm-up, before the timed runs
+        from core import cost_curve
+
+        curve = cost_curve.curve_for(target)
+        floor_ms = cost_curve.matmul_floor_ms(target)
     answer_files = {label: open(out / f"{label}.jsonl", "w", encoding="utf-8") for label in labels}
     traces = TraceWriter(out / "traces") if record else None
     records: list[dict] = []
@@ -184,7 +193,7 @@ def run_benchmark(
         if traces is not None:
             traces.close()
 
-    per_method = metrics.summarize(records, baseline=BASELINE)
+    per_method = metrics.summarize(records, baseline=BASELINE, curve=curve, floor_ms=floor_ms)
     summary = {
         "config": {
             "model_id": model_id, "target": target.describe(), "dtype": str(target.dtype).replace("torch.", ""),
@@ -192,6 +201,9 @@ def run_benchmark(
             "max_new_tokens": max_new_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
             "questions": len(questions), "methods": labels, "baseline": BASELINE,
             "record": record, "warmup": warmup, "started": t_start, "seconds": round(time.time() - t_start, 1),
+            "floor_ms": None if floor_ms is None else round(floor_ms, 3),
+            "cost_curve": None if curve is None else {k: curve.get(k) for k in ("key", "sizes", "ms", "context")},
+            "trees": {label: _tree_of(drafters[label]) for label in labels},
             **(meta or {}),
         },
         "categories": list(dict.fromkeys(q["category"] for q in questions)),
@@ -210,17 +222,60 @@ def run_benchmark(
     return summary
 
 
+def floor_table(summary: dict) -> str:
+    """Markdown: per method the floor, the verify pass against it, the ideal speedup and the share of it
+    reached, and drafting against the verify pass (analysis.metrics' definitions)."""
+    cfg = summary.get("config", {})
+    floor = cfg.get("floor_ms")
+    lines = [f"bare-matmul floor on this machine: {floor} ms (one token through every weight matrix)"
+             if floor is not None else "bare-matmul floor: not measured",
+             "", "| method | tree | verify ms | x floor | draft ms | draft / verify | ideal speedup | speedup | "
+                 "share of ideal |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def f(x, fmt="{:.2f}"):
+        return "-" if x is None else fmt.format(x)
+
+    for method, res in summary.get("methods", {}).items():
+        o = res["overall"]
+        tree = (cfg.get("trees") or {}).get(method) or {}
+        shape = f"d{tree['depth']}/n{tree['total_tokens']}{' auto' if tree.get('auto') else ''}" if tree else "-"
+        ideal = o.get("ideal_speedup_curve") if o.get("ideal_speedup_curve") is not None else o.get("ideal_speedup")
+        lines.append(f"| {method} | {shape} | {f(o.get('verify_ms_per_cycle'))} | {f(o.get('verify_over_floor'))} | "
+                     f"{f(o.get('draft_ms_per_cycle'))} | {f(o.get('draft_share'), '{:.0%}')} | {f(ideal)} | "
+                     f"{f(o.get('speedup'))} | {f(o.get('share_of_ideal'), '{:.0%}')} |")
+    return "\n".join(lines)
+
+
+def _tree_of(drafter: Drafter) -> dict | None:
+    """The tree a drafter ran with: auto (and the choice) or fixed, depth and size (None without a tree)."""
+    inner = getattr(drafter, "inner", drafter)
+    cfg = getattr(inner, "config", None)
+    if cfg is None:
+        return None
+    choice = getattr(inner, "tree_choice", None) or {}
+    if hasattr(cfg, "total_tokens"):
+        depth, size = cfg.depth, cfg.total_tokens
+    elif getattr(inner, "tree_paths", None):
+        depth, size = max(len(p) for p in inner.tree_paths), len(inner.tree_paths)
+    else:
+        return None
+    return {"auto": bool(getattr(inner, "tree_auto", False)), "depth": depth, "total_tokens": size,
+            "expected_tau": choice.get("expected_tau"), "acceptance_source": choice.get("acceptance_source")}
+
+
 # ----- building drafters from the command line ---------------------------------------------------
 def parse_label(label: str) -> tuple[str, dict]:
     """'moa-tli3' -> ('moa', {'tli': 3}), 'moa-tli1+lookup' -> ('moa+lookup', {'tli': 1}); else (label, {})."""
-    base = base_method(label)
-    m = re.fullmatch(r"moa-tli(\d+)", base)
-    return ("moa" + label[len(base):], {"tli": int(m.group(1))}) if m else (label, {})
+    parsed = parse_method(label)
+    if parsed.tli is None:
+        return label, {}
+    return MethodName(parsed.base, None, parsed.lookup, parsed.variant).name, {"tli": parsed.tli}
 
 
 def checkpoint_label(label: str) -> str:
     """The shipped checkpoint a label uses: 'eagle2+lookup' -> 'eagle2'."""
-    return base_method(label)
+    parsed = parse_method(label)
+    return parsed.checkpoint or parsed.base
 
 
 def parse_drafter_specs(specs: Sequence[str]) -> dict[str, str]:
@@ -301,33 +356,67 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def check_args(args: argparse.Namespace, labels: Sequence[str], specs: Mapping[str, str]) -> None:
+    """What the user typed, checked before the target loads (ValueError: one line naming the bad value)."""
+    from core import cli_checks as checks
+    from core.methods import check_method
+
+    if not Path(args.questions).is_file():
+        raise checks.UsageError(f"--questions {args.questions}: no such file (give a Spec-Bench question.jsonl)")
+    checks.check_max_new_tokens(args.max_new_tokens)
+    for flag, value in (("--limit", args.limit), ("--per-category", args.per_category), ("--threads", args.threads)):
+        if value is not None:
+            checks.check_int_range(value, flag, 1)
+    checks.check_device(args.device)
+    checks.check_target(args.target)
+    if args.drafter_dir is not None and not Path(args.drafter_dir).is_dir():
+        raise checks.UsageError(f"--drafter-dir {args.drafter_dir}: no such folder")
+    for label in labels:
+        method, opts = parse_label(label)
+        spec = resolve_drafter(label, specs, args.drafter_dir)
+        checks.check_drafter_folder(spec, f"--drafter (for {label})")
+        check_method(method, spec, **opts)
+    checks.check_output_dir(args.out, "--out")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.readme_table:
         from analysis.report import readme_table
 
-        with open(args.readme_table, encoding="utf-8") as f:
-            print(readme_table(json.load(f)))
+        try:
+            with open(args.readme_table, encoding="utf-8") as f:
+                summary = json.load(f)
+        except (OSError, json.JSONDecodeError) as err:
+            print(f"error: --readme-table {args.readme_table}: {getattr(err, 'strerror', None) or err}",
+                  file=sys.stderr)
+            return 2
+        print(readme_table(summary))
         return 0
-    try:
-        from core.target import load_target
+    from core import cli_checks as checks
 
-        questions = load_questions(args.questions, args.limit, args.per_category,
-                                   args.categories.split(",") if args.categories else None)
-        labels = [m.strip() for m in args.methods.split(",") if m.strip()]
-        if BASELINE not in labels:
-            print(f"adding {BASELINE!r}: speedups are measured against it", file=sys.stderr)
-        labels = [BASELINE] + [m for m in dict.fromkeys(labels) if m != BASELINE]
+    try:
+        given = [m.strip() for m in args.methods.split(",") if m.strip()]
+        labels = [BASELINE] + [m for m in dict.fromkeys(given) if m != BASELINE]
         sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
         specs = parse_drafter_specs(args.drafter)
+        check_args(args, labels, specs)
+        if BASELINE not in given:
+            print(f"adding {BASELINE!r}: speedups are measured against it", file=sys.stderr)
+        questions = load_questions(args.questions, args.limit, args.per_category,
+                                   args.categories.split(",") if args.categories else None)
+        for q in questions:
+            for ti, turn in enumerate(q["turns"]):
+                checks.check_text(turn, f"{args.questions}: question {q['question_id']} turn {ti + 1}")
         if args.threads:
             torch.set_num_threads(args.threads)
         print(f"loading target ({args.dtype})...", file=sys.stderr)
-        target = load_target(args.target, args.dtype, args.device)
+        target = checks.load_target_cleanly(args.target, args.dtype, args.device)
         drafters, sources = build_drafters(target, labels, specs, args.drafter_dir)
     except (ValueError, FileNotFoundError, KeyError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return checks.report(err)
+    except OSError as err:  # the questions file cannot be read
+        return checks.report(f"{err.filename or args.questions}: {err.strerror or err}")
     meta = {"questions_file": str(args.questions), "drafters": sources,
             "command": "python -m analysis.bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))}
     summary = run_benchmark(target, drafters, questions, args.out, max_new_tokens=args.max_new_tokens,
@@ -336,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.report import readme_table
 
     print(readme_table(summary))
+    print()
+    print(floor_table(summary))
     print(f"wrote {args.out}/summary.json, report.html and one answer file per method", file=sys.stderr)
     return 0
 

@@ -2,7 +2,7 @@
 
     python -m analysis.cards assets/results/summary.json [--drafters assets/drafters]
 
-The trainer writes each card (core.training.train.model_card) before any benchmark exists, with a
+The trainer writes each card (core.training.publish.model_card) before any benchmark exists, with a
 placeholder line for tau on the evaluation prompts. This replaces that line, or the one an earlier
 run of this command wrote, with the drafter's overall figures from an `analysis.bench` summary:
 tau, per-position acceptance, tokens/s and speedup over plain decoding in the same run.
@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from core.training.train import TAU_PLACEHOLDER
+from core.training.publish import TAU_PLACEHOLDER
 
 MARKER = TAU_PLACEHOLDER.split(":")[0]  # every line this command writes starts like the placeholder
 

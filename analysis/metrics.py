@@ -1,4 +1,4 @@
-"""Benchmark arithmetic on step traces (DESIGN.md section 3), as pure functions on plain dicts.
+"""Benchmark arithmetic on step traces (docs/ARCHITECTURE.md, "Metrics"), as pure functions on plain dicts.
 
 Input is the `GenerationResult.trace()` dict of one generation (its "events"
 are `StepEvent.to_dict()` dicts; step 0 is the prefill). Everything is built
@@ -24,6 +24,13 @@ Definitions (the same everywhere in the project):
 * ideal speedup = tau x t(1-token pass) / t(verify pass), with t(1-token pass)
   = `ar`'s verify time per cycle and t(verify pass) = the method's: the speedup
   a drafter that costs nothing would reach with this tau.
+* With this machine's cost curve (core.cost_curve) also `ideal_speedup_curve` = tau x t(1) / t(1 + mean
+  tree nodes), both from the curve (bare target passes, no verification bookkeeping), and
+  `share_of_ideal` = speedup / ideal_speedup_curve (else / ideal_speedup): how much of what this tau
+  could give the method keeps once drafting and bookkeeping are paid.
+* `draft_share` = draft ms / verify ms per cycle; `floor_ms` = the bare-matmul floor (one token through
+  every weight matrix of the target, core.cost_curve.matmul_floor_ms) and `verify_over_floor` = the
+  method's verify ms per cycle / floor_ms (plain decoding's is how far a target pass is from the floor).
 
 Generation time is the sum of the events' draft and verify times (prefill
 included). That is the end-to-end wall time less the cost of recording the
@@ -46,6 +53,13 @@ DEFINITIONS = {
     "ideal_speedup": "tau x ar verify_ms_per_cycle / this method's verify_ms_per_cycle",
     "identical_to_ar": "fraction of questions whose token ids (every turn) equal ar's",
     "per_cycle": "a cycle = one draft + one verify pass; the prefill is not a cycle",
+    "ideal_speedup_curve": "tau x t(1-token pass) / t(pass of 1 + mean_tree_nodes tokens), both from this "
+                           "machine's cost curve (core.cost_curve)",
+    "share_of_ideal": "speedup / ideal_speedup_curve (ideal_speedup when no curve was measured)",
+    "draft_share": "draft_ms_per_cycle / verify_ms_per_cycle",
+    "floor_ms": "bare matmuls of one token through every weight matrix of the target (no attention, no Python "
+                "between them): the memory floor of one decoding step on this machine",
+    "verify_over_floor": "verify_ms_per_cycle / floor_ms",
 }
 
 ADDITIVE = ("turns", "new_tokens", "steps", "cycles", "tree_nodes", "wall_time", "draft_time", "verify_time",
@@ -149,6 +163,29 @@ def ideal_speedup(tau_value: float, t_single: float | None, t_verify: float | No
     return tau_value * t_single / t_verify
 
 
+def curve_ms(curve: dict, n_tokens: float) -> float:
+    """A cost curve's pass time of `n_tokens` (linear between measured sizes, as core.cost_curve.pass_ms)."""
+    xs, ys = [float(x) for x in curve["sizes"]], [float(y) for y in curve["ms"]]
+    if len(xs) == 1:
+        return ys[0]
+    i = 1
+    while i < len(xs) - 1 and n_tokens > xs[i]:
+        i += 1
+    return max(1e-9, ys[i - 1] + (ys[i] - ys[i - 1]) * (n_tokens - xs[i - 1]) / (xs[i] - xs[i - 1]))
+
+
+def ideal_speedup_from_curve(tau_value: float, curve: dict | None, mean_tree_nodes: float | None) -> float | None:
+    """tau x t(1-token pass) / t(pass of 1 + mean_tree_nodes tokens), both read off the cost curve."""
+    if not curve or mean_tree_nodes is None:
+        return None
+    return tau_value * curve_ms(curve, 1.0) / curve_ms(curve, 1.0 + mean_tree_nodes)
+
+
+def share(x: float | None, of: float | None) -> float | None:
+    """x / of, None when either is missing or `of` is 0."""
+    return x / of if x is not None and of else None
+
+
 def _per_cycle_ms(total: float, cycles: int) -> float | None:
     return 1000.0 * total / cycles if cycles else None
 
@@ -157,9 +194,10 @@ def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
 
 
-def finalize(stats: dict, ar: dict | None = None, identical: float | None = None, questions: int | None = None
-             ) -> dict:
-    """The reported metrics of merged `stats`, with `ar`'s merged stats (same questions) as the baseline."""
+def finalize(stats: dict, ar: dict | None = None, identical: float | None = None, questions: int | None = None,
+             curve: dict | None = None, floor_ms: float | None = None) -> dict:
+    """The reported metrics of merged `stats`, with `ar`'s merged stats (same questions) as the baseline;
+    `curve` (a core.cost_curve curve) and `floor_ms` add the floor and share-of-ideal figures."""
     tps = stats["new_tokens"] / stats["wall_time"] if stats["wall_time"] > 0 else 0.0
     qtps = stats["question_tps"]
     t = tau(stats["new_tokens"], stats["steps"])
@@ -188,6 +226,16 @@ def finalize(stats: dict, ar: dict | None = None, identical: float | None = None
         ar_tps = ar["new_tokens"] / ar["wall_time"] if ar["wall_time"] > 0 else 0.0
         out["speedup"] = _r(speedup(tps, ar_tps))
         out["ideal_speedup"] = _r(ideal_speedup(t, _per_cycle_ms(ar["verify_time"], ar["cycles"]), verify_ms))
+    nodes = stats["tree_nodes"] / stats["cycles"] if stats["cycles"] else None
+    ideal_curve = ideal_speedup_from_curve(t, curve, nodes)
+    spd = speedup(tps, ar_tps) if ar is not None else None
+    out["ideal_speedup_curve"] = _r(ideal_curve)
+    out["share_of_ideal"] = _r(share(spd, ideal_curve if ideal_curve is not None else
+                                     (ideal_speedup(t, _per_cycle_ms(ar["verify_time"], ar["cycles"]), verify_ms)
+                                      if ar is not None else None)))
+    out["draft_share"] = _r(share(_per_cycle_ms(stats["draft_time"], stats["cycles"]), verify_ms))
+    out["floor_ms"] = _r(floor_ms, 3)
+    out["verify_over_floor"] = _r(share(verify_ms, floor_ms), 3)
     return out
 
 
@@ -202,8 +250,9 @@ def identical_fraction(answers: dict, reference: dict) -> float | None:
     return sum(answers[q] == reference[q] for q in shared) / len(shared)
 
 
-def summarize(records: Sequence[dict], baseline: str = "ar") -> dict:
-    """Per method, overall and per category.
+def summarize(records: Sequence[dict], baseline: str = "ar", curve: dict | None = None,
+              floor_ms: float | None = None) -> dict:
+    """Per method, overall and per category (`curve`, `floor_ms`: see finalize).
 
     records: one per (method, question) with "method", "question_id", "category",
     "turn_stats" (list of turn_stats dicts) and "token_ids" (list of per-turn id lists).
@@ -225,7 +274,7 @@ def summarize(records: Sequence[dict], baseline: str = "ar") -> dict:
             ar_stats = merge_stats(question_stats(r["turn_stats"]) for r in ar_rs) if ar_rs else None
             identical = identical_fraction({r["question_id"]: r["token_ids"] for r in rs},
                                            {r["question_id"]: r["token_ids"] for r in ar_rs})
-        return finalize(stats, ar_stats, identical, questions=len(rs))
+        return finalize(stats, ar_stats, identical, questions=len(rs), curve=curve, floor_ms=floor_ms)
 
     out = {}
     for m in methods:
@@ -245,7 +294,7 @@ def flat_rows(per_method: dict) -> list[dict]:
 
 
 def answer_record(question: dict, model_id: str, turn_texts: Sequence[str], turn_results: Sequence[dict]) -> dict:
-    """One line of a Spec-Bench answer file (DESIGN.md section 9).
+    """One line of a Spec-Bench answer file (docs/ARCHITECTURE.md, "Formats").
 
     turn_results: per turn, a dict with "steps", "new_tokens", "wall_time" and
     "accept_lengths" (tokens appended by each target pass, the prefill's 1 included,

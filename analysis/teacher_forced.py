@@ -37,8 +37,9 @@ import torch
 from tqdm import tqdm
 
 from core.target import add_dtype_argument
+from core.training.data import collate, make_sequences, target_batch
 from core.training.prompts import read_questions
-from core.training.train import collate, make_sequences, resolve_spec, target_batch, union_needs
+from core.training.specs import resolve_spec, union_needs
 
 DEFAULT_DRAFTERS = ("eagle2", "moa", "moa-tli1", "moa-tli3", "medusa", "amphista")
 MAX_LEN = 512
@@ -111,7 +112,7 @@ def analyze(results: str | Path, drafters: Sequence[str], heldout: str | None, h
             folder: str | Path | None = None, progress: bool = True, dtype: str | None = None) -> dict:
     """dtype: the target's (default: the benchmark's own, from its summary.json)."""
     from core.target import load_target
-    from core.training.train import load_records
+    from core.training.data import load_records
 
     results = Path(results)
     for needed in ("summary.json", "ar.jsonl"):

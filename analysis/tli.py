@@ -1,7 +1,7 @@
 """Target Layer Inference sweep: what running N target layers inside the MoA drafter buys and costs.
 
 With TLI N the drafter regresses the residual stream entering the target's last
-N layers and runs those layers itself (DESIGN.md section 5): a better draft
+N layers and runs those layers itself (docs/ARCHITECTURE.md, "MoA"): a better draft
 (higher tau) for more drafting time per cycle. This measures tau, drafting and
 verification time per cycle and speedup over plain decoding against N, using
 the shipped drafters (assets/drafters/moa, moa-tli1, moa-tli3). Where one is

@@ -41,7 +41,7 @@ def heldout_prompts(count: int, seed: int = 0, data: str | Path = DISTILL) -> tu
     The prompts are stored as chat-formatted token ids, so the questions carry an index as their
     text and the returned chat_ids(messages) maps it back to those ids.
     """
-    from core.training.datagen import load_distill
+    from core.training.distill_data import load_distill
 
     records = load_distill(data, split="heldout")
     order = np.random.default_rng(seed).permutation(len(records))

@@ -1,4 +1,4 @@
-"""The decode loop shared by every method: draft, verify, accept, update caches (DESIGN.md section 2).
+"""The decode loop shared by every method: draft, verify, accept, update caches (docs/ARCHITECTURE.md, "Decode loop").
 
     prefill the prompt                      -> first token (the first root)
     repeat:

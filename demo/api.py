@@ -25,12 +25,15 @@ def make_generate(runtime: Runtime):
             max_new_tokens: 1 to 512.
         Returns:
             text, token_ids, mean_accepted (tau), tokens_per_s, new_tokens, steps, accept_lengths,
-            wall_time, stop_reason, drafter_note, speedup (vs the app's plain-decoding reference, or null).
+            wall_time, stop_reason, drafter_note, speedup (vs the app's plain-decoding reference, or null),
+            ideal_speedup (for this tau on this machine's cost curve, or null before it is measured).
         """
         try:
             runtime.check_method(method)
             n = runtime.check_max_new_tokens(max_new_tokens)
-            ids = runtime.prompt_ids(prompt if isinstance(prompt, str) else "")
+            if not isinstance(prompt, str):
+                raise UserError(f"prompt must be text (a string), got {type(prompt).__name__}.")
+            ids = runtime.prompt_ids(prompt)
             return run_summary(runtime.generate(method, ids, n, plain_tps=runtime.plain_tps))
         except gr.Error:
             raise

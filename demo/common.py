@@ -28,9 +28,22 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "assets" / "results"
 
 
-def new_session() -> dict:
-    """One user's state: the chat, the runs of their last action, their own plain-decoding speed."""
-    return {"conversation": [], "runs": [], "plain_tps": None, "tli_live": []}
+def new_session(example: dict | None = None) -> dict:
+    """One user's state: the chat, the runs of their last action, their own plain-decoding speed.
+
+    `example` (a shipped lesson as a run, demo.lessons) fills the runs until the user generates, so every tab
+    has something to show before the target has loaded.
+    """
+    return {"conversation": [], "runs": [example] if example else [], "plain_tps": None, "tli_live": []}
+
+
+def run_decoder(run: dict | None, runtime: Runtime):
+    """Decode token ids for `run`: its own token_text table (lessons), else the target's tokenizer."""
+    from demo.lessons import decoder
+
+    if run is not None and run.get("token_text") is not None:
+        return decoder(run, runtime.decode if runtime.loaded else None)
+    return runtime.decode
 
 
 @dataclass

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from core.cost_curve import GPU_COST_MODEL, gpu_ideal_speedup, ideal_speedup, verify_cost
+
 MAX_DEPTH_CLASS = 8  # depth classes d1..d8; deeper drafts share d8
 
 # Greens darken with draft depth; the target's own tokens are peach. Text stays readable in dark mode.
@@ -53,6 +55,30 @@ CSS = "\n".join(
         ".cmp-diff { color: #b54708; font-weight: 600; }",
         ".untrained-note { background: #fff4e5; color: #7a4100; border: 1px solid #f5c27a; border-radius: 6px;"
         " padding: 4px 8px; font-size: 13px; }",
+        ".tok-now { outline: 2px solid #f08a24; outline-offset: 0; }",
+        ".cmp-why { border-left: 3px solid #b54708; padding: 4px 8px; margin: 6px 0; font-size: 13px; }",
+        ".load-status { font-size: 13px; padding: 4px 8px; border-radius: 6px; background: #eef2ff; color: #1e2a5a; }",
+        ".load-status.ready { background: #e6f6ec; color: #14532d; }",
+        ".load-status.failed { background: #fdecea; color: #7a1c1c; }",
+        ".example-note { font-size: 13px; opacity: 0.85; margin: 2px 0 4px 0; }",
+        ".verdict-table { border-collapse: collapse; font-size: 12px; width: 100%; }",
+        ".verdict-table td, .verdict-table th { border-bottom: 1px solid #e3e6ea; padding: 2px 6px;"
+        " text-align: left; }",
+        ".verdict-wrap { max-height: 300px; overflow: auto; }",
+        ".v-acc { color: #1d7a46; font-weight: 600; } .v-rej { color: #9a3412; } .v-skip { opacity: 0.6; }",
+        ".bench-table { overflow-x: auto; } .bench-table table { font-size: 12px; margin: 0; }",
+        ".bench-table td, .bench-table th { padding: 3px 6px !important; }",
+        # phones: no horizontal page scroll; plots, tables and rows shrink to the screen. (Gradio scopes these
+        # rules under the app's root element, so they name inner classes only.)
+        ".js-plotly-plot, .plot-container, .svg-container { max-width: 100% !important; }",
+        "@media (max-width: 640px) {"
+        " .row, .form { flex-wrap: wrap !important; }"
+        " .row > *, .row > .form > * { min-width: 100% !important; flex: 1 1 100% !important; }"
+        " .stat-cards { grid-template-columns: repeat(auto-fill, minmax(92px, 1fr)); }"
+        " .stat-card .v { font-size: 16px; }"
+        " .cmp-grid { grid-template-columns: 1fr; }"
+        " .prose table, .bench-table table { display: block; overflow-x: auto; }"
+        " }",
     ]
 )
 
@@ -156,32 +182,63 @@ def legend_html(max_depth: int = MAX_DEPTH_CLASS) -> str:
 
 # ----- statistics -----------------------------------------------------------------------------------
 
-def generation_stats(events: Sequence[dict], wall_time: float, plain_tps: float | None = None) -> dict:
-    """tau, tokens/s, speedup and timing split for a (possibly partial) generation (DESIGN.md section 3)."""
+def generation_stats(events: Sequence[dict], wall_time: float, plain_tps: float | None = None,
+                     curve: dict | None = None) -> dict:
+    """tau, tokens/s, speedup and timing split for a (possibly partial) generation (docs/ARCHITECTURE.md, "Metrics").
+
+    With this machine's cost curve (core.cost_curve) it adds the ideal speedup for the measured tau and
+    tree size; `gpu_ideal_speedup` is the same tau under the GPU cost model (verify pass = 1-token pass).
+    """
     new = sum(len(e.get("new_tokens") or []) for e in events)
     steps = len(events)
     tps = new / wall_time if wall_time > 0 else 0.0
     drafted = [len((e.get("tree") or {}).get("tokens") or []) for e in events if e.get("step", 0) > 0]
+    tau = new / steps if steps else 0.0
+    mean_drafted = float(np.mean(drafted)) if drafted else 0.0
     return {
         "new_tokens": new,
         "steps": steps,
-        "tau": new / steps if steps else 0.0,
+        "tau": tau,
         "tokens_per_s": tps,
         "wall_time": wall_time,
         "draft_time": sum(float(e.get("draft_time", 0.0)) for e in events),
         "verify_time": sum(float(e.get("verify_time", 0.0)) for e in events),
-        "mean_drafted": float(np.mean(drafted)) if drafted else 0.0,
+        "mean_drafted": mean_drafted,
         "speedup": tps / plain_tps if plain_tps and tps > 0 else None,
         "plain_tps": plain_tps,
+        "ideal_speedup": ideal_speedup(tau, curve, mean_drafted) if curve and steps else None,
+        "verify_cost": verify_cost(curve, mean_drafted) if curve and steps else None,
+        "gpu_ideal_speedup": gpu_ideal_speedup(tau) if steps else None,
     }
+
+
+CURVE_LINK = '<a href="#cost-curve" class="curve-link">this machine\'s cost curve</a>'
+
+
+def speed_context(stats: dict, link: bool = True) -> str:
+    """One sentence beside a speedup: the ideal speedup for this tau here, and on a GPU (named cost model)."""
+    tau, ideal, cost = stats.get("tau") or 0.0, stats.get("ideal_speedup"), stats.get("verify_cost")
+    if not stats.get("steps"):
+        return ""
+    where = CURVE_LINK if link else "this machine's cost curve"
+    if ideal is None:
+        here = f"ideal speedup here: not measured yet ({where} is measured after the target loads)"
+    else:
+        here = (f"ideal speedup for tau {tau:.2f} here: {ideal:.2f}x (a verify pass of "
+                f"{1 + stats.get('mean_drafted', 0.0):.0f} tokens costs {cost:.2f} one-token passes on {where})")
+    gpu = stats.get("gpu_ideal_speedup")
+    return here + (f"; the same tau would give up to {gpu:.2f}x on a GPU, assuming {GPU_COST_MODEL}"
+                   if gpu is not None else "")
 
 
 def stats_html(stats: dict, plain_source: str = "", running: bool = False) -> str:
     sp = stats.get("speedup")
+    ideal = stats.get("ideal_speedup")
     cards = [
         ("tau (tokens / target pass)", f"{stats['tau']:.2f}"),
         ("tokens/s", f"{stats['tokens_per_s']:.1f}"),
         ("speedup vs plain", "n/a" if sp is None else f"{sp:.2f}x"),
+        ("ideal speedup at this tau", "n/a" if ideal is None else f"{ideal:.2f}x"),
         ("new tokens", str(stats["new_tokens"])),
         ("target passes", str(stats["steps"])),
         ("drafted / pass", f"{stats['mean_drafted']:.1f}"),
@@ -199,6 +256,9 @@ def stats_html(stats: dict, plain_source: str = "", running: bool = False) -> st
         note = "speedup: no plain-decoding speed measured yet"
     if running:
         note = "generating... " + note
+    context = speed_context(stats)
+    if context:
+        note += f'<div class="speed-context">{context}</div>'
     return f'<div class="stat-cards">{body}</div><div class="stat-note">{note}</div>'
 
 
@@ -221,6 +281,80 @@ def lossless_note(plain_ids: Sequence[int], ids: Sequence[int], greedy: bool) ->
                    "from the same distribution, so outputs differ by design")
 
 
+def token_row(events: Sequence[dict], index: int) -> tuple[dict, int] | None:
+    """(event, row) that produced output token `index`: row 0 is the root, row k + 1 is tree node k.
+
+    The j-th token of an event was predicted at the row of the (j - 1)-th accepted node (the root for j = 0).
+    """
+    k = 0
+    for e in events:
+        n = len(e.get("new_tokens") or [])
+        if index < k + n:
+            j = index - k
+            acc = list(e.get("accepted") or [])
+            return e, (0 if j == 0 else int(acc[j - 1]) + 1)
+        k += n
+    return None
+
+
+def top2_at(run: dict, index: int) -> list[tuple[int, float]]:
+    """The target's two most likely tokens (id, probability) where the run wrote output token `index`."""
+    found = token_row(run.get("events") or [], index)
+    if found is None:
+        return []
+    e, row = found
+    rows = e.get("row_top") or []
+    if row >= len(rows):
+        return []
+    return [(int(t), float(p)) for t, p in rows[row][:2]]
+
+
+NEAR_TIE = 0.05  # a probability gap below this between the top two tokens counts as a near tie
+
+
+def divergence_html(plain: dict, run: dict, decode: Callable[[list[int]], str]) -> str:
+    """Why two greedy runs' texts differ: the first divergent token and the target's top-2 there, in both runs."""
+    a, b = plain.get("token_ids") or [], run.get("token_ids") or []
+    i = first_difference(a, b)
+    if i is None:
+        return ""
+    if i >= len(a) or i >= len(b):
+        return (f"The texts agree for {i} tokens; one run stopped there (end of turn or budget) and the other "
+                "went on.")
+
+    def tok(t: int) -> str:
+        return html.escape(repr(decode([int(t)])), quote=False)
+
+    def top2(r: dict) -> tuple[str, float | None]:
+        top = top2_at(r, i)
+        if not top:
+            return "not recorded", None
+        text = ", ".join(f"{tok(t)} {p:.4f}" for t, p in top)
+        return text, (top[0][1] - top[1][1]) if len(top) > 1 else None
+
+    pa, ga = top2(plain)
+    pb, gb = top2(run)
+    head = (f"<b>First difference at token {i}</b>: plain decoding wrote {tok(a[i])}, {html.escape(run['label'])} "
+            f"wrote {tok(b[i])}. The target's top-2 there: plain run {pa}; this run {pb}.")
+    if not run.get("greedy", True):
+        return head + " At temperature &gt; 0 each run is a random draw from the same distribution."
+    gaps = [g for g in (ga, gb) if g is not None]
+    if (run.get("dtype") or plain.get("dtype")) == "float32":
+        return head + (" Both runs are float32, where greedy speculative decoding matches plain decoding token "
+                       "for token: this is unexpected, please report it with the downloaded traces.")
+    if gaps and max(gaps) < NEAR_TIE:
+        apart = (f"{ga:.4f} apart in the plain run and {gb:.4f} in this one" if len(gaps) == 2 else
+                 f"only {gaps[0]:.4f} apart")
+        verdict = (f" The two candidates are {apart}: a bfloat16 near tie. The verify pass "
+                   "scores several tokens at once, which rounds differently from a one-token pass, and that is "
+                   "enough to flip the argmax. Not a bug: both texts are the target's greedy choice within "
+                   "rounding. Tick <i>exact (float32)</i> to see identical texts.")
+    else:
+        verdict = (" In bfloat16 a multi-token verify pass rounds differently from a one-token pass; tick "
+                   "<i>exact (float32)</i>, where the texts must be identical.")
+    return head + verdict
+
+
 def compare_html(columns: Sequence[dict]) -> str:
     """Side-by-side runs. Each column: title, html (tokens), stats (dict), note, ok (bool | None)."""
     cells = []
@@ -232,9 +366,13 @@ def compare_html(columns: Sequence[dict]) -> str:
         stat_line = ""
         if st:
             sp = st.get("speedup")
+            ideal = st.get("ideal_speedup")
             stat_line = (f"<div>tau {st['tau']:.2f} · {st['tokens_per_s']:.1f} tokens/s"
-                         + ("" if sp is None else f" · speedup {sp:.2f}x") + "</div>")
-        cells.append(f'<div class="cmp-col"><h4>{html.escape(col["title"])}</h4>{stat_line}{note}'
+                         + ("" if sp is None else f" · speedup {sp:.2f}x")
+                         + ("" if ideal is None or not st.get("mean_drafted") else
+                            f" (ideal {ideal:.2f}x at this tau on {CURVE_LINK})") + "</div>")
+        why = f'<div class="cmp-why">{col["why"]}</div>' if col.get("why") else ""
+        cells.append(f'<div class="cmp-col"><h4>{html.escape(col["title"])}</h4>{stat_line}{note}{why}'
                      f'{col.get("html", "")}</div>')
     return f'<div class="cmp-grid">{"".join(cells)}</div>'
 
@@ -434,6 +572,32 @@ def lsa_bar(received: np.ndarray, title: str = "Attention received per target la
                   annotation_text="uniform", annotation_position="top right")
     fig.update_layout(title=title, height=320, margin={"l": 50, "r": 20, "t": 50, "b": 50},
                       xaxis={"title": "target layer", "dtick": 5}, yaxis={"title": "mean attention weight"})
+    return fig
+
+
+# ----- cost curve ---------------------------------------------------------------------------------------
+
+def cost_curve_figure(curve: dict | None, tree_size: float | None = None) -> go.Figure:
+    """Verify-pass time against tokens in the pass (this machine), with the GPU cost model's flat line."""
+    if not curve:
+        return message_figure("The cost curve is measured once the target has loaded.")
+    xs, ys = list(curve["sizes"]), list(curve["ms"])
+    t1 = ys[0] if xs[0] == 1 else None
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", name="this machine",
+                               hovertemplate="%{x} tokens: %{y:.1f} ms<extra></extra>", line={"color": ROOT_BLUE}))
+    if t1 is not None:
+        fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[t1, t1], mode="lines", name="GPU cost model (flat)",
+                                 line={"dash": "dot", "color": "#888"}, hoverinfo="skip"))
+    if tree_size:  # shapes on a log axis take log10 coordinates
+        fig.add_vline(x=float(np.log10(1 + tree_size)), line_dash="dash", line_color=BONUS_ORANGE,
+                      annotation_text=f"your verify pass ({1 + tree_size:.0f} tokens)")
+    title = ("A fixed cost model (no timing: tiny test target or SPECLENS_COST_MODEL=fixed)" if curve.get("fixed")
+             else f"One target pass over a {curve.get('context')}-token cache "
+                  f"({curve.get('dtype')}, {curve.get('cpu', '')[:40]})")
+    fig.update_layout(title=title,
+                      xaxis={"title": "tokens in the pass", "type": "log", "tickvals": xs},
+                      yaxis={"title": "ms", "rangemode": "tozero"}, height=340,
+                      margin={"l": 50, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.25})
     return fig
 
 

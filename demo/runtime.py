@@ -9,11 +9,16 @@ Configuration (environment variables, read when a `Runtime` is built):
                              float32), bfloat16 or float32
   SPECLENS_DEVICE           auto (default), cpu or cuda
   SPECLENS_REFERENCE_TOKENS tokens of the plain-decoding reference run made after loading (default 16, 0 = none)
+  SPECLENS_COST_CURVE       where this machine's cost curve is cached (default runs/cost_curve.json; "none":
+                             measure without caching)
+
+`Runtime.start_background_load()` (app.py calls it at server start) loads the target in a thread, runs the
+plain-decoding reference and measures the cost curve (core.cost_curve), with `status()` telling the page
+how far it got; a request that arrives meanwhile waits for the same load.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import threading
@@ -21,32 +26,21 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from core import cost_curve
 from core.decoding import generate_stream
 from core.drafters.base import Drafter
-from core.drafters.lookup_branch import LookupBranch, base_method
-from core.methods import build_drafter, default_drafter_folder
+from core.drafters.lookup_branch import LookupBranch
+from core.methods import MethodName, build_drafter, default_drafter_folder, method_labels, parse_method
 from core.target import Target, load_target, resolve_device, resolve_dtype, tiny_target
 from core.verify import SamplingConfig
 from demo.render import generation_stats, token_pieces, tokens_from_events
 
 log = logging.getLogger("speclens.app")
 
-METHOD_LABELS = {
-    "ar": "Plain decoding (ar)",
-    "pld": "Prompt lookup (pld)",
-    "eagle2": "EAGLE-2 (eagle2)",
-    "moa": "Mixture of Attentions (moa)",
-    "medusa": "Medusa (medusa)",
-    "amphista": "Amphista (amphista)",
-    # Not from the papers: the drafter's tree plus a context-lookup branch (core.drafters.lookup_branch).
-    "eagle2+lookup": "EAGLE-2 + context lookup (eagle2+lookup)",
-    "moa+lookup": "MoA + context lookup (moa+lookup)",
-    "medusa+lookup": "Medusa + context lookup (medusa+lookup)",
-    "amphista+lookup": "Amphista + context lookup (amphista+lookup)",
-}
+# Every method, and each trained one with a context-lookup branch (not from the papers: the drafter's
+# tree plus a lookup chain, core.drafters.lookup_branch); labels come from core.methods' table.
+METHOD_LABELS = method_labels()
 LOOKUP_NOTE = "with a context-lookup branch grafted on its tree (not part of the paper)"
-TRAINED_MODULES = {"eagle2": "core.drafters.eagle2", "moa": "core.drafters.moa", "medusa": "core.drafters.medusa",
-                   "amphista": "core.drafters.amphista"}
 TLI_CHOICES = (0, 1, 3)
 MAX_NEW_TOKENS = 512
 MAX_PROMPT_TOKENS = 2048
@@ -58,18 +52,9 @@ class UserError(ValueError):
     """A problem the user can fix; its message is shown as is."""
 
 
-def method_available(method: str) -> bool:
-    method = base_method(method)
-    if method in ("ar", "pld"):
-        return True
-    module = TRAINED_MODULES.get(method)
-    return module is not None and importlib.util.find_spec(module) is not None
-
-
 def checkpoint_folder(method: str, tli: int | None = None):
-    method = base_method(method)
-    name = f"moa-tli{tli}" if method == "moa" and tli else method
-    return default_drafter_folder(name)
+    parsed = parse_method(method)
+    return default_drafter_folder(MethodName(parsed.base, tli or parsed.tli).checkpoint or parsed.base)
 
 
 def has_checkpoint(method: str, tli: int | None = None) -> bool:
@@ -111,6 +96,13 @@ class Runtime:
         self._pool: dict[tuple, list[tuple[Drafter, str]]] = {}
         self.plain_tps: float | None = None  # reference plain-decoding speed on this machine
         self.plain_source = ""
+        path = env.get("SPECLENS_COST_CURVE", str(cost_curve.CACHE_FILE))
+        self.cost_curve_path: str | None = None if path.lower() == "none" else path
+        self.cost_curve: dict | None = None  # core.cost_curve.measure_cost_curve, once measured
+        self._status = ("idle", "the target loads on first use")
+        self._status_t0 = time.perf_counter()
+        self._thread: threading.Thread | None = None
+        self._variants: dict[str, Runtime] = {}
 
     # ----- loading ------------------------------------------------------------------------------
     @property
@@ -125,15 +117,75 @@ class Runtime:
         dtype = str(resolve_dtype(self.dtype, device)).replace("torch.", "")
         return f"{name}, {dtype}{' (auto)' if self.dtype == 'auto' else ''}, {self.device}"
 
+    @property
+    def background_started(self) -> bool:
+        return self._thread is not None
+
+    def status(self) -> dict:
+        """{"state": idle | loading | ready | failed, "text": one line for the page, "seconds": since it began}."""
+        state, text = self._status
+        return {"state": state, "text": text, "seconds": time.perf_counter() - self._status_t0}
+
+    def start_background_load(self) -> threading.Thread:
+        """Load the target (and measure the reference speed and the cost curve) in a daemon thread."""
+        if self._thread is None:
+            def work() -> None:
+                try:
+                    self.load()
+                    self.measure_cost_curve()
+                except Exception as err:  # shown in the status line; a request will retry and say why
+                    log.exception("background load failed")
+                    self._status = ("failed", f"loading the target failed: {str(err).splitlines()[0][:200]}")
+
+            self._status = ("loading", "loading the target model in the background")
+            self._status_t0 = time.perf_counter()
+            self._thread = threading.Thread(target=work, name="speclens-load", daemon=True)
+            self._thread.start()
+        return self._thread
+
+    def measure_cost_curve(self) -> dict | None:
+        """This machine's cost curve (core.cost_curve), measured once; None if it cannot be measured."""
+        if self.cost_curve is None:
+            target = self.load()
+            state = self._status
+            self._status = ("loading", "measuring this machine's cost curve (verify-pass time vs tokens)")
+            try:
+                # measured once per machine; the tiny test target (and SPECLENS_COST_MODEL=fixed) get the fixed model
+                self.cost_curve = cost_curve.curve_for(target, cache_path=self.cost_curve_path)
+            except Exception:  # the curve only explains the speedup: never block the app on it
+                log.exception("cost curve measurement failed")
+            self._status = state
+        return self.cost_curve
+
+    def for_dtype(self, dtype: str) -> Runtime:
+        """This runtime if it already runs in `dtype`, else a second runtime (own target) in that dtype."""
+        if self.tiny:  # the tiny test target is always float32
+            return self
+        mine = resolve_dtype(self.dtype, resolve_device(self.device))
+        if resolve_dtype(dtype, resolve_device(self.device)) == mine:
+            return self
+        with self._pool_lock:
+            if dtype not in self._variants:
+                rt = Runtime(tiny=self.tiny, target=self.target_name, dtype=dtype, device=self.device,
+                             reference_tokens=0)
+                rt.cost_curve_path = self.cost_curve_path
+                self._variants[dtype] = rt
+            return self._variants[dtype]
+
     def load(self, progress: Callable[[float, str], None] | None = None) -> Target:
         """Load the target once; later calls return it at once. `progress(fraction, text)` reports steps."""
         if self._target is not None:
             return self._target
-        report = progress or (lambda f, t: None)
+        user_report = progress or (lambda f, t: None)
+
+        def report(fraction: float, text: str) -> None:
+            self._status = ("ready" if fraction >= 1.0 else "loading", text)
+            user_report(fraction, text)
+
         with self._load_lock:
             if self._target is not None:
                 return self._target
-            t0 = time.perf_counter()
+            self._status_t0 = t0 = time.perf_counter()
             if self.tiny:
                 report(0.2, "building the tiny test target")
                 target = tiny_target()
@@ -143,13 +195,14 @@ class Runtime:
                 try:
                     target = load_target(self.target_name, self.dtype, self.device)
                 except FileNotFoundError as err:
+                    self._status = ("failed", str(err))
                     raise UserError(str(err)) from err
             log.info("target loaded in %.1f s: %s", time.perf_counter() - t0, self.describe())
             self._target = target
             if self.reference_tokens > 0:
                 report(0.85, "measuring plain decoding speed (reference for the speedup figure)")
                 self._reference_run(target)
-            report(1.0, "ready")
+            report(1.0, f"ready: {self.describe()} (loaded in {time.perf_counter() - t0:.0f} s)")
             return target
 
     def _reference_run(self, target: Target) -> None:
@@ -171,9 +224,13 @@ class Runtime:
     # ----- text ---------------------------------------------------------------------------------
     def prompt_ids(self, messages: str | Sequence[dict]) -> list[int]:
         """Token ids of a chat prompt, with the limits checked (plain messages on failure)."""
-        target = self.load()
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
+        if not isinstance(messages, (list, tuple)) or not all(
+                isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+            got = type(messages).__name__ if not isinstance(messages, (list, tuple)) else "a list with non-text items"
+            raise UserError(f"The prompt must be text (a string), got {got}.")
+        target = self.load()
         if not messages or not any(str(m.get("content", "")).strip() for m in messages):
             raise UserError("The prompt is empty: type a message for the model to answer.")
         if self._tiny_text is not None:
@@ -196,8 +253,6 @@ class Runtime:
         """(label, method) for every method this build can run; untrained ones say so."""
         out = []
         for m, label in METHOD_LABELS.items():
-            if not method_available(m):
-                continue
             if m not in ("ar", "pld") and (self.tiny or not has_checkpoint(m)):
                 label += " · untrained"
             out.append((label, m))
@@ -206,12 +261,11 @@ class Runtime:
     def check_method(self, method: str) -> None:
         if method not in METHOD_LABELS:
             raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHOD_LABELS)}.")
-        if not method_available(method):
-            raise UserError(f"The {method} drafter is not part of this build yet (core/drafters is missing it).")
 
     def _build(self, method: str, tli: int | None) -> tuple[Drafter, str]:
-        if method != base_method(method):
-            inner, note = self._build(base_method(method), tli)
+        parsed = parse_method(method)
+        if parsed.lookup:
+            inner, note = self._build(MethodName(parsed.base, parsed.tli).name, tli)
             return LookupBranch(inner), f"{note}; {LOOKUP_NOTE}" if note else LOOKUP_NOTE
         target = self.load()
         if method in ("ar", "pld"):
@@ -291,6 +345,7 @@ class Runtime:
                 "greedy": sampling.greedy, "prompt_ids": list(prompt_ids), "token_ids": [], "pieces": [],
                 "tokens": [], "events": [], "wall_time": 0.0, "stop_reason": None, "text": "", "done": False,
                 "stats": generation_stats([], 0.0, plain_tps), "target": self.describe(),
+                "dtype": str(target.dtype).replace("torch.", ""),
             }
             if run["tli"] is not None:
                 run["label"] += f", N={run['tli']}"
@@ -305,7 +360,7 @@ class Runtime:
                 redo = max(0, start - 1)
                 run["pieces"][redo:] = token_pieces(run["token_ids"], self.decode, start=redo)
                 run["wall_time"] = time.perf_counter() - t0
-                run["stats"] = generation_stats(run["events"], run["wall_time"], plain_tps)
+                run["stats"] = generation_stats(run["events"], run["wall_time"], plain_tps, self.cost_curve)
                 yield run
             ids = run["token_ids"]
             stop = target.eos_token_ids
@@ -333,12 +388,13 @@ def run_summary(run: dict) -> dict:
         "tokens_per_s": round(st["tokens_per_s"], 3), "wall_time": round(run["wall_time"], 4),
         "accept_lengths": [len(e["new_tokens"]) for e in run["events"]], "stop_reason": run["stop_reason"],
         "drafter_note": run["note"], "speedup": None if st["speedup"] is None else round(st["speedup"], 3),
+        "ideal_speedup": None if st.get("ideal_speedup") is None else round(st["ideal_speedup"], 3),
     }
 
 
 def trace_for_download(run: dict) -> dict:
     """A run as a self-describing trace (the same shape as `GenerationResult.trace()`, plus the app's fields)."""
     keep = ("method", "label", "tli", "note", "temperature", "prompt_ids", "token_ids", "text", "stop_reason",
-            "wall_time", "target")
+            "wall_time", "target", "dtype")
     return {**{k: run.get(k) for k in keep}, "summary": run_summary(run), "tokens": [
         {**t, "text": p} for t, p in zip(run["tokens"], run["pieces"])], "events": run["events"]}

@@ -25,7 +25,8 @@ they talk over a mobile or Wi-Fi link (the presets are typical published figures
 round trip costs network time, so methods that get several tokens per trip win. When the link drops (the grey
 band), plain decoding over an API and EAGLE-2 simply stop: they need the server for every step. The Mixture of
 Attentions (MoA) drafter only needs the server's answers for text it has already checked, so it **keeps writing
-on its own** while offline; that text is *provisional* (amber). When the link returns the server checks it in
+on its own** while offline, up to the distance it was trained to predict at (its *horizon*); that text is
+*provisional* (amber). When the link returns the server checks it in
 one pass: the part it agrees with stays, the first wrong token is replaced (red, with what was withdrawn struck
 through) and writing goes on. The final text is always exactly what the target writes alone. The timeline shows
 who is busy when: your device drafting, the uplink, the server verifying, the downlink.
@@ -90,6 +91,24 @@ def snapshot_html(run: dict, decode) -> str:
             f'{html.escape(decode(s["provisional"]))}</span></div>')
 
 
+STOP_REASONS = {
+    "horizon": "it reached its horizon: {h} tokens past the last verified one, the farthest it was trained to "
+               "predict (beyond it the text drifts)",
+    "end_of_turn": "it drafted the end of its answer",
+    "max_new_tokens": "the answer reached its length limit",
+    "context": "the context window is full",
+}
+
+
+def offline_stops_markdown(run: dict) -> str:
+    """Where MoA stopped writing offline, and why (client.Client records each stop)."""
+    parts = []
+    for stop in run["offline_stops"]:
+        why = STOP_REASONS.get(stop["reason"], stop["reason"]).format(h=run.get("offline_horizon"))
+        parts.append(f"at {stop['t']:.2f} s, after {stop['provisional']} provisional tokens: {why}")
+    return "**Where MoA stopped writing offline:** " + "; ".join(parts) + "."
+
+
 def summary_markdown(runs: list[dict]) -> str:
     head = ("| method | tokens/s (virtual) | time (s) | server calls | offline tokens | confirmed | corrected | "
             "bytes up | bytes down | tau |\n|---|---|---|---|---|---|---|---|---|---|\n")
@@ -100,8 +119,10 @@ def summary_markdown(runs: list[dict]) -> str:
                     f"{r['confirmed_tokens']} | {r['corrected_tokens']} | {r['bytes_up']:,} | {r['bytes_down']:,} | "
                     f"{r['tau']:.2f} |")
     notes = sorted({r["note"] for r in runs if r.get("note")})
+    stops = [offline_stops_markdown(r) for r in runs if r.get("offline_stops")]
     same = len({tuple(r["token_ids"]) for r in runs}) == 1
     tail = "\n\n" + ("All methods wrote exactly the same final text." if len(runs) > 1 and same else "")
+    tail += "".join("\n\n" + s for s in stops)
     if any(n.startswith(UNTRAINED_NOTE) for n in notes):
         tail += "\n\n⚠ " + "; ".join(n for n in notes if n.startswith(UNTRAINED_NOTE))
     return head + "\n".join(rows) + tail

@@ -6,15 +6,16 @@ The analysis itself lives in `analysis.failures`; this tab only gathers traces, 
 from __future__ import annotations
 
 import gzip
-import importlib
-import inspect
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import gradio as gr
 import pandas as pd
 
+from analysis import failures
+from analysis.traces import token_text_decoder
 from demo.common import RESULTS, AppContext, friendly, last_runs, progress_reporter, write_json_download
 from demo.render import message_figure
 
@@ -48,16 +49,6 @@ MAX_TABLE_ROWS = 2000
 _trace_cache: dict[tuple, list[dict]] = {}
 
 
-def failures_module():
-    """analysis.failures, or None while it is not part of the build."""
-    try:
-        return importlib.import_module("analysis.failures")
-    except ModuleNotFoundError as err:
-        if err.name in ("analysis.failures", "analysis"):
-            return None
-        raise
-
-
 def committed_trace_files(folder: Path = TRACES_DIR) -> list[Path]:
     return sorted(Path(folder).glob("*.jsonl.gz"))
 
@@ -84,20 +75,7 @@ def load_committed_traces(folder: Path = TRACES_DIR, limit: int = MAX_TRACES) ->
 
 def trace_decoder(trace: dict, fallback: Callable | None) -> Callable | None:
     """Decode from the trace's own token_text map when it has one (committed traces do), else `fallback`."""
-    try:
-        from analysis.traces import token_text_decoder
-    except ImportError:
-        return fallback
     return token_text_decoder(trace, fallback)
-
-
-def _tested_nodes(fm, trace: dict, decode: Callable | None) -> list:
-    """tested_nodes(trace, decode) where it takes a decoder (to label token kinds), else tested_nodes(trace)."""
-    try:
-        params = inspect.signature(fm.tested_nodes).parameters
-    except (TypeError, ValueError):
-        params = {}
-    return fm.tested_nodes(trace, decode) if len(params) >= 2 else fm.tested_nodes(trace)
 
 
 def gather(traces: Sequence[dict], decode: Callable | None, fm) -> tuple[list[dict], list]:
@@ -107,7 +85,7 @@ def gather(traces: Sequence[dict], decode: Callable | None, fm) -> tuple[list[di
         dec = trace_decoder(trace, decode)
         for r in fm.rejections(trace, dec):
             records.append({**r, "trace": t_i, "method": trace.get("method")})
-        nodes.extend(_tested_nodes(fm, trace, dec))
+        nodes.extend(fm.tested_nodes(trace, dec))
     for i, r in enumerate(records):
         r["#"] = i
     return records, nodes
@@ -141,13 +119,11 @@ def filter_choices(records: Sequence[dict]) -> tuple[list, list]:
     return [ALL] + [str(d) for d in depths], [ALL] + kinds
 
 
-def analyse(traces: Sequence[dict], decode: Callable | None, fm=None) -> dict:
-    """Everything the tab shows for a set of traces: records, figures and a one-line summary."""
-    fm = fm or failures_module()
-    if fm is None:
-        msg = "The failure analysis (analysis/failures.py) is not part of this build yet."
-        return {"records": [], "summary": msg, "by_kind": message_figure(msg), "by_depth": message_figure(""),
-                "calibration": message_figure("")}
+def analyse(traces: Sequence[dict], decode: Callable | None, fm: ModuleType = failures) -> dict:
+    """Everything the tab shows for a set of traces: records, figures and a one-line summary.
+
+    `fm` is analysis.failures (tests pass a stand-in with the same functions).
+    """
     if not traces:
         msg = "No traces to analyse."
         return {"records": [], "summary": msg, "by_kind": message_figure(msg), "by_depth": message_figure(""),
@@ -166,9 +142,8 @@ def analyse(traces: Sequence[dict], decode: Callable | None, fm=None) -> dict:
             "calibration": calib}
 
 
-def topk_view(records: Sequence[dict], index, decode: Callable | None, fm=None):
-    fm = fm or failures_module()
-    if fm is None or not records:
+def topk_view(records: Sequence[dict], index, decode: Callable | None, fm: ModuleType = failures):
+    if not records:
         return message_figure("Pick a rejection from the table.")
     try:
         i = int(index)
@@ -230,8 +205,6 @@ def build(ctx: AppContext) -> None:
 
     @friendly
     def on_analyse(src, d, k, session, progress=gr.Progress()):
-        if failures_module() is None:
-            return nothing("The failure analysis (analysis/failures.py) is not part of this build yet.")
         if src == SOURCES[1]:
             if not committed_trace_files():
                 return nothing("No committed benchmark traces yet (`assets/results/traces/*.jsonl.gz`); "
@@ -242,7 +215,7 @@ def build(ctx: AppContext) -> None:
             traces = last_runs(session)
             if not traces:
                 return nothing("Generate something in the Generate tab first (or pick the committed benchmark run).")
-            needs_tokenizer = True
+            needs_tokenizer = any("token_text" not in t for t in traces)  # the shipped example carries its own
         if needs_tokenizer:
             runtime.load(progress_reporter(progress))  # token texts need the tokenizer
         fallback = runtime.decode if runtime.loaded else None

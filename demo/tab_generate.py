@@ -7,14 +7,22 @@ import time
 
 import gradio as gr
 
-from demo.common import AppContext, friendly, progress_reporter, write_json_download
+from core.cost_curve import GPU_COST_MODEL
+from demo.common import AppContext, friendly, last_runs, progress_reporter, run_decoder, write_json_download
 from demo.render import (
     compare_html,
+    cost_curve_figure,
+    default_step,
+    divergence_html,
     generation_stats,
     legend_html,
     lossless_note,
+    lsa_heatmap,
+    lsa_matrices,
+    message_figure,
     stats_html,
     tokens_html,
+    tree_figure,
 )
 from demo.runtime import TLI_CHOICES, UNTRAINED_NOTE, Runtime, UserError, trace_for_download
 
@@ -22,13 +30,29 @@ TITLE = "Generate"
 EXPLANATION = """\
 **What you see.** Speculative decoding lets a small, cheap *drafter* guess several next tokens; the big
 *target* model then checks all guesses in **one** forward pass and keeps the longest run it agrees with,
-plus one token of its own (the *bonus* or correction token). The output is exactly what the target would
-have written alone (greedy decoding), only faster when the guesses are good. Below, every token is
-coloured by how it came: **green** tokens were guessed by the drafter and accepted (darker = deeper in
-the guess), **peach** tokens the target produced itself. **tau** is the number of tokens gained per target
-pass (plain decoding: 1.0); the speedup compares tokens per second with plain decoding on this machine.
-Hover a token to see its step, depth and probabilities. *Compare mode* runs plain decoding and two methods
-on the same prompt so you can check that the text is identical.
+plus one token of its own (the *bonus* or correction token). Every kept token is the target's own greedy
+choice: in float32 the text is token for token what plain decoding writes; in bfloat16 (the fast default on
+this CPU) a multi-token pass rounds a little differently, so on a near tie the text can take another, equally
+likely, turn. Every token is coloured by how it came: **green** tokens were guessed by the drafter and
+accepted (darker = deeper in the guess), **peach** tokens the target produced itself. **tau** is the number
+of tokens gained per target pass (plain decoding: 1.0); the speedup compares tokens per second with plain
+decoding on this machine, beside the ideal speedup that tau allows here. *Compare mode* runs plain decoding
+and two methods on the same prompt and explains any difference.
+"""
+EXAMPLES = [
+    ["Write a Python function that returns the n-th Fibonacci number, with a docstring."],  # code
+    ["A train travels 180 km in 2 hours and then 120 km in 1.5 hours. What is its average speed?"],  # maths
+    ["Summarise in two sentences: Bees collect nectar from flowers and turn it into honey, which they store in "
+     "wax cells. A strong hive can hold tens of thousands of bees and make more honey than it needs."],  # summary
+    ["Translate into French: The museum opens at nine and closes at six, except on Mondays."],  # translation
+    ["Hi! Can you suggest three fun things to do on a rainy afternoon?"],  # chat
+]
+EXAMPLE_KINDS = ("code", "maths", "summary", "translation", "chat")
+COST_CURVE_TEXT = """\
+**Why is the speedup below tau?** Each cycle pays for one *verify pass* over the root and every drafted node,
+plus the drafter's own time. The ideal speedup, tau x t(1-token pass) / t(verify pass), is what a drafter that
+cost nothing would reach at this tau. On this machine a verify pass costs more than a one-token pass (the curve
+below). Under the GPU cost model, where {model}, the ideal speedup equals tau.
 """
 MAX_MESSAGE_CHARS = 6000
 STREAM_EVERY_S = 0.08  # at most ~12 UI updates a second while streaming
@@ -67,13 +91,44 @@ def check_message(message: str | None) -> str:
     return message
 
 
-def run_column(run: dict, plain: dict | None = None) -> dict:
+def run_column(run: dict, plain: dict | None = None, decode=None) -> dict:
     untrained = (run.get("note") or "").startswith(UNTRAINED_NOTE)
     col = {"title": run["label"] + (" · untrained drafter" if untrained else ""),
            "html": tokens_html(run["tokens"], run["pieces"], empty="…"), "stats": run["stats"]}
     if plain is not None and run.get("done") and plain.get("done"):
         col["ok"], col["note"] = lossless_note(plain["token_ids"], run["token_ids"], run["greedy"])
+        if not col["ok"] and decode is not None:
+            col["why"] = divergence_html(plain, run, decode)
     return col
+
+
+def example_figures(run: dict | None, decode) -> tuple:
+    """(tree figure of the run's longest accepted step, LSA map averaged over the run or None)."""
+    if run is None:
+        return message_figure("No example shipped (assets/lessons/)."), None
+    step = default_step(run.get("events") or [])
+    events = {int(e["step"]): e for e in run.get("events") or []}
+    if step is None:
+        tree = message_figure(f"{run.get('label')} drafted nothing (plain decoding has no tree).")
+    else:
+        prev = events.get(step - 1)
+        root = int(prev["new_tokens"][-1]) if prev and prev.get("new_tokens") else None
+        tree = tree_figure(events[step], decode, root)
+        tree.update_layout(height=380)
+    mats, _ = lsa_matrices(run.get("events") or [])
+    lsa = None
+    if mats is not None:
+        lsa = lsa_heatmap(mats.mean(axis=0), "MoA's layer self-attention, averaged over the answer")
+        lsa.update_layout(height=380)
+    return tree, lsa
+
+
+def example_note(run: dict | None) -> str:
+    if not run or not run.get("example"):
+        return ""
+    return (f'<div class="example-note">Example: a finished {html.escape(str(run.get("label")))} run, shipped in '
+            f'<code>{html.escape(str(run.get("source", "")))}</code> and shown without loading any model. Ask your '
+            "own question below, or replay this one cycle by cycle in <b>Step by step</b>.</div>")
 
 
 def build(ctx: AppContext) -> None:
@@ -81,19 +136,30 @@ def build(ctx: AppContext) -> None:
     methods = runtime.methods()
     values = [m for _, m in methods]
     default = "moa" if "moa" in values else "pld"
+    first = (ctx.session.value or {}).get("runs") or []
+    example = first[0] if first and first[0].get("example") else None
+    ex_decode = run_decoder(example, runtime) if example else None
+    ex_tree, ex_lsa = example_figures(example, ex_decode)
     gr.Markdown(EXPLANATION)
     with gr.Row():
         with gr.Column(scale=3):
-            chatbot = gr.Chatbot(label="Conversation (the model's chat template, multi-turn)", height=280,
-                                 show_label=False, elem_id="chatbot",
-                                 placeholder="Chat with the target model: each answer continues the conversation.")
+            chatbot = gr.Chatbot(
+                chat_view([{"role": "user", "content": example["prompt"]},
+                           {"role": "assistant", "content": example["text"]}]) if example else None,
+                label="Conversation (the model's chat template, multi-turn)", height=280,
+                show_label=False, elem_id="chatbot",
+                placeholder="Chat with the target model: each answer continues the conversation.")
             with gr.Row():
                 msg = gr.Textbox(placeholder="Ask something, then press Enter or Generate", show_label=False,
                                  scale=5, max_lines=6, elem_id="prompt-box")
                 send = gr.Button("Generate", variant="primary", scale=1, min_width=90, elem_id="send-btn")
                 stop = gr.Button("Stop", variant="stop", scale=1, min_width=70, elem_id="stop-btn")
+            gr.Examples(EXAMPLES, [msg], label="Example prompts: " + ", ".join(EXAMPLE_KINDS),
+                        example_labels=[f"{k}: {e[0][:38]}…" for k, e in zip(EXAMPLE_KINDS, EXAMPLES)])
             gr.HTML(legend_html(), elem_id="token-legend")
-            tokens = gr.HTML(tokens_html([], [], empty="Tokens appear here as the target accepts them."),
+            ex_note = gr.HTML(example_note(example), elem_id="example-note")
+            tokens = gr.HTML(tokens_html(example["tokens"], example["pieces"]) if example else
+                             tokens_html([], [], empty="Tokens appear here as the target accepts them."),
                              elem_id="token-stream")
         with gr.Column(scale=2):
             method = gr.Dropdown(methods, value=default, label="Method", elem_id="method-picker")
@@ -103,22 +169,36 @@ def build(ctx: AppContext) -> None:
             max_new = gr.Slider(1, runtime.max_new_tokens, value=96, step=1, label="Max new tokens",
                                 elem_id="max-new")
             note = gr.HTML(note_html(runtime, default, 1), elem_id="drafter-note")
-            stats = gr.HTML(stats_html(generation_stats([], 0.0)), elem_id="live-stats")
+            stats = gr.HTML(stats_html(example["stats"]) if example else stats_html(generation_stats([], 0.0)),
+                            elem_id="live-stats")
             with gr.Row():
                 clear = gr.Button("Clear chat", size="sm")
                 download = gr.DownloadButton("Download trace (JSON)", size="sm", elem_id="download-trace")
+    with gr.Row():
+        tree_plot = gr.Plot(ex_tree, show_label=False, elem_id="gen-tree")
+        lsa_plot = gr.Plot(ex_lsa or message_figure(""), show_label=False, elem_id="gen-lsa",
+                           visible=ex_lsa is not None)
     with gr.Accordion("Compare mode: plain decoding vs two methods on the same prompt", open=False):
         with gr.Row():
             cmp_a = gr.Dropdown(methods, value="pld", label="Method A")
             cmp_b = gr.Dropdown(methods, value=default, label="Method B")
+            exact = gr.Checkbox(False, label="exact (float32): texts must then be identical", elem_id="cmp-exact")
             cmp_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
         cmp_out = gr.HTML(elem_id="compare-out")
+    with gr.Accordion("This machine's cost curve: why the speedup is below tau", open=False,
+                      elem_id="cost-curve") as curve_box:
+        gr.Markdown(COST_CURVE_TEXT.format(model=GPU_COST_MODEL))
+        curve_plot = gr.Plot(cost_curve_figure(runtime.cost_curve), show_label=False, elem_id="cost-curve-plot")
 
     def on_method(m, n):
         return gr.update(visible=m == "moa"), note_html(runtime, m, n if m == "moa" else None)
 
     method.change(on_method, [method, tli], [tli, note], queue=False, api_visibility="private")
     tli.change(on_method, [method, tli], [tli, note], queue=False, api_visibility="private")
+
+    def run_figures(run):
+        tree, lsa = example_figures(run, run_decoder(run, runtime))
+        return tree, gr.update(value=lsa, visible=lsa is not None)
 
     @friendly
     def on_send(message, m, n, temp, max_tokens, session, progress=gr.Progress()):
@@ -131,7 +211,8 @@ def build(ctx: AppContext) -> None:
         plain_tps, source = plain_speed(session, runtime)
         n = int(n) if m == "moa" else None
         yield (chat_view(conversation, ""), "", tokens_html([], [], empty="waiting for the first token…"),
-               gr.update(), gr.update(), gr.update(), session)
+               stats_html(generation_stats([], 0.0), running=True), gr.update(), gr.update(), "", gr.update(),
+               gr.update(), session)
         last, run = 0.0, None
         try:
             for run in runtime.stream(m, ids, max_tokens, float(temp), n, plain_tps):
@@ -141,7 +222,8 @@ def build(ctx: AppContext) -> None:
                     session["runs"] = [run]
                     yield (chat_view(conversation, partial), gr.update(), tokens_html(run["tokens"], run["pieces"]),
                            stats_html(run["stats"], source, running=not run["done"]),
-                           note_html(runtime, m, n, run["note"]), gr.update(), session)
+                           note_html(runtime, m, n, run["note"]), gr.update(), gr.update(), gr.update(),
+                           gr.update(), session)
         finally:  # also runs when the user presses Stop: keep what was written so far
             if run is not None:
                 text = run["text"] if run["done"] else "".join(run["pieces"])
@@ -152,55 +234,66 @@ def build(ctx: AppContext) -> None:
         if m == "ar" and run["stats"]["new_tokens"] >= 8:
             session["plain_tps"] = run["stats"]["tokens_per_s"]
         path = write_json_download(trace_for_download(run), f"speclens-trace-{m}")
+        tree, lsa = run_figures(run)
         yield (chat_view(session["conversation"]), gr.update(), gr.update(), gr.update(), gr.update(),
-               gr.update(value=path), session)
+               gr.update(value=path), gr.update(), tree, lsa, session)
 
+    gen_outputs = [chatbot, msg, tokens, stats, note, download, ex_note, tree_plot, lsa_plot, ctx.session]
     send_event = send.click(
-        on_send, [msg, method, tli, temperature, max_new, ctx.session],
-        [chatbot, msg, tokens, stats, note, download, ctx.session], api_visibility="private")
+        on_send, [msg, method, tli, temperature, max_new, ctx.session], gen_outputs, api_visibility="private")
     submit_event = msg.submit(
-        on_send, [msg, method, tli, temperature, max_new, ctx.session],
-        [chatbot, msg, tokens, stats, note, download, ctx.session], api_visibility="private")
+        on_send, [msg, method, tli, temperature, max_new, ctx.session], gen_outputs, api_visibility="private")
 
     def on_clear(session):
         session["conversation"] = []
-        return [], tokens_html([], [], empty="Tokens appear here as the target accepts them."), session
+        return [], tokens_html([], [], empty="Tokens appear here as the target accepts them."), "", session
 
-    clear.click(on_clear, [ctx.session], [chatbot, tokens, ctx.session], queue=False, api_visibility="private")
+    clear.click(on_clear, [ctx.session], [chatbot, tokens, ex_note, ctx.session], queue=False,
+                api_visibility="private")
 
     @friendly
-    def on_compare(message, a, b, n, temp, max_tokens, session, progress=gr.Progress()):
+    def on_compare(message, a, b, n, temp, max_tokens, exact_f32, session, progress=gr.Progress()):
         message = check_message(message)
         for m in (a, b):
             runtime.check_method(m)
         max_tokens = runtime.check_max_new_tokens(max_tokens)
-        runtime.load(progress_reporter(progress))
-        conversation = list(session["conversation"]) + [{"role": "user", "content": message}]
-        ids = runtime.prompt_ids(conversation)
+        rt = runtime.for_dtype("float32") if exact_f32 else runtime
+        rt.load(progress_reporter(progress))
+        conversation = [m for m in session["conversation"]] + [{"role": "user", "content": message}]
+        ids = rt.prompt_ids(conversation)
         runs: list[dict] = []
         columns: list[dict] = []
         plain = None
         for m in ("ar", a, b):
             mn = int(n) if m == "moa" else None
             last = 0.0
-            for run in runtime.stream(m, ids, max_tokens, float(temp), mn,
-                                      plain["stats"]["tokens_per_s"] if plain else None):
+            for run in rt.stream(m, ids, max_tokens, float(temp), mn,
+                                 plain["stats"]["tokens_per_s"] if plain else None):
                 if run["done"] or time.perf_counter() - last > STREAM_EVERY_S:
                     last = time.perf_counter()
                     cols = columns + [run_column(run, plain)]
                     yield compare_html(cols), gr.update(), session
             if plain is None:
                 plain = run
-                session["plain_tps"] = run["stats"]["tokens_per_s"]
+                if not exact_f32:
+                    session["plain_tps"] = run["stats"]["tokens_per_s"]
             runs.append(run)
-            columns.append(run_column(run, plain if m != "ar" or len(runs) > 1 else None))
-        columns[0]["note"] = "reference: plain decoding (one target pass per token)"
+            columns.append(run_column(run, plain if m != "ar" or len(runs) > 1 else None, rt.decode))
+        columns[0]["note"] = (f"reference: plain decoding (one target pass per token), "
+                              f"{plain.get('dtype', '')}")
         columns[0]["ok"] = True
         session["runs"] = runs
         path = write_json_download([trace_for_download(r) for r in runs], "speclens-compare")
         yield compare_html(columns), gr.update(value=path), session
 
-    cmp_event = cmp_btn.click(on_compare, [msg, cmp_a, cmp_b, tli, temperature, max_new, ctx.session],
+    cmp_event = cmp_btn.click(on_compare, [msg, cmp_a, cmp_b, tli, temperature, max_new, exact, ctx.session],
                               [cmp_out, download, ctx.session], api_visibility="private")
     stop.click(None, None, None, cancels=[send_event, submit_event, cmp_event], queue=False,
                api_visibility="private")
+
+    def on_curve(session):
+        runs = [r for r in last_runs(session) if not r.get("example")]
+        size = runs[-1]["stats"].get("mean_drafted") if runs else None
+        return cost_curve_figure(runtime.measure_cost_curve() if runtime.loaded else runtime.cost_curve, size)
+
+    curve_box.expand(friendly(on_curve), [ctx.session], [curve_plot], api_visibility="private")

@@ -1,11 +1,11 @@
-"""Tab 3, LSA attention: which target layers MoA's Layer Self-Attention listens to (DESIGN.md section 5)."""
+"""Tab 3, LSA attention: which target layers MoA's Layer Self-Attention listens to (docs/ARCHITECTURE.md, "MoA")."""
 
 from __future__ import annotations
 
 import gradio as gr
 import numpy as np
 
-from demo.common import AppContext, friendly, last_runs, run_choices
+from demo.common import AppContext, friendly, last_runs, run_choices, run_decoder
 from demo.render import lsa_bar, lsa_heatmap, lsa_matrices, lsa_received, message_figure, show_token
 
 TITLE = "LSA attention"
@@ -77,8 +77,8 @@ def build(ctx: AppContext) -> None:
         choices = run_choices(session, has_lsa)
         idx = choices[-1][1] if choices else None
         run = get_run(session, idx)
-        toks = lsa_token_choices(lsa_matrices(run["events"])[1], runtime.decode) if run else []
-        h, b, c = lsa_view(run, AVERAGE, runtime.decode)
+        toks = lsa_token_choices(lsa_matrices(run["events"])[1], run_decoder(run, runtime)) if run else []
+        h, b, c = lsa_view(run, AVERAGE, run_decoder(run, runtime))
         if run is None and last_runs(session):
             h = message_figure("Your last generation did not use MoA. " + NO_RUN)
         return gr.update(choices=choices, value=idx), gr.update(choices=toks, value=AVERAGE if run else None), \
@@ -87,13 +87,14 @@ def build(ctx: AppContext) -> None:
     @friendly
     def on_run(session, idx):
         run = get_run(session, idx)
-        toks = lsa_token_choices(lsa_matrices(run["events"])[1], runtime.decode) if run else []
-        h, b, c = lsa_view(run, AVERAGE, runtime.decode)
+        toks = lsa_token_choices(lsa_matrices(run["events"])[1], run_decoder(run, runtime)) if run else []
+        h, b, c = lsa_view(run, AVERAGE, run_decoder(run, runtime))
         return gr.update(choices=toks, value=AVERAGE), h, b, c
 
     @friendly
     def on_token(session, idx, choice):
-        return lsa_view(get_run(session, idx), choice, runtime.decode)
+        run = get_run(session, idx)
+        return lsa_view(run, choice, run_decoder(run, runtime))
 
     if ctx.tab is not None:
         ctx.tab.select(refresh, [ctx.session], [run_dd, tok_dd, heat, bar, caption], api_visibility="private")

@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from demo.common import RESULTS, AppContext, friendly, progress_reporter
 from demo.render import message_figure
-from demo.runtime import TLI_CHOICES, UserError, method_available
+from demo.runtime import TLI_CHOICES
 
 TITLE = "TLI trade-off"
 EXPLANATION = """\
@@ -27,13 +27,17 @@ TLI_DIR = RESULTS / "tli"
 NO_TABLE = ("No committed TLI measurements yet (`assets/results/tli/*.json`). They are produced by the TLI "
             "benchmark (`analysis/tli.py`); until then, use the live run below.")
 DEFAULT_PROMPT = "Summarise in three sentences why regular exercise is good for health."
-COLUMNS = ["N", "tau", "draft_ms_per_step", "speedup", "tokens_per_s", "source"]
+COLUMNS = ["N", "tau", "draft_ms_per_step", "speedup", "ideal_speedup", "tokens_per_s", "source"]
+IDEAL_NOTE = ("ideal_speedup: tau x t(1-token pass) / t(verify pass), the speedup if drafting cost nothing "
+              "(committed rows: the benchmark's per-cycle times; live rows: "
+              "[this machine's cost curve](#cost-curve) in the Generate tab).")
 
 _KEYS = {
     "N": ("N", "tli", "n", "tli_n", "n_layers"),
     "tau": ("tau", "mean_accepted", "mean_accepted_length"),
     "draft_ms_per_step": ("draft_ms_per_step", "draft_ms", "draft_time_ms", "drafting_ms", "draft_ms_per_cycle"),
     "speedup": ("speedup",),
+    "ideal_speedup": ("ideal_speedup",),
     "tokens_per_s": ("tokens_per_s", "tokens_per_second", "tps"),
 }
 
@@ -56,7 +60,7 @@ def normalise_row(row: dict, source: str) -> dict | None:
             out["draft_ms_per_step"] = 1000.0 * float(s)
     if out["N"] is None:
         return None
-    for k in ("tau", "draft_ms_per_step", "speedup", "tokens_per_s"):
+    for k in ("tau", "draft_ms_per_step", "speedup", "ideal_speedup", "tokens_per_s"):
         if out[k] is not None:
             out[k] = float(out[k])
     out["N"] = int(out["N"])
@@ -130,7 +134,9 @@ def live_row(plain: dict, moa: dict, n: int) -> dict:
     p_tps = plain["stats"]["tokens_per_s"]
     return {"N": int(n), "tau": round(moa["stats"]["tau"], 3),
             "draft_ms_per_step": round(1000.0 * moa["stats"]["draft_time"] / steps, 2),
-            "speedup": round(tps / p_tps, 3) if p_tps > 0 else None, "tokens_per_s": round(tps, 2),
+            "speedup": round(tps / p_tps, 3) if p_tps > 0 else None,
+            "ideal_speedup": None if moa["stats"].get("ideal_speedup") is None else
+            round(moa["stats"]["ideal_speedup"], 3), "tokens_per_s": round(tps, 2),
             "source": "live" + (" (untrained)" if "untrained" in (moa.get("note") or "") else "")}
 
 
@@ -138,7 +144,7 @@ def build(ctx: AppContext) -> None:
     runtime = ctx.runtime
     gr.Markdown(EXPLANATION)
     committed = load_tli_table()
-    gr.Markdown(table_markdown(committed) if committed else NO_TABLE, elem_id="tli-table")
+    gr.Markdown(table_markdown(committed) + "\n\n" + IDEAL_NOTE if committed else NO_TABLE, elem_id="tli-table")
     plot = gr.Plot(tli_figure(committed), show_label=False, elem_id="tli-plot")
     with gr.Row():
         n_radio = gr.Radio(list(TLI_CHOICES), value=1, label="N for the live run")
@@ -149,8 +155,6 @@ def build(ctx: AppContext) -> None:
 
     @friendly
     def on_run(text, n, max_tokens, session, progress=gr.Progress()):
-        if not method_available("moa"):
-            raise UserError("The MoA drafter is not part of this build yet, so there is nothing to run live.")
         runtime.load(progress_reporter(progress))
         ids = runtime.prompt_ids(text or DEFAULT_PROMPT)
         progress(0.3, desc="plain decoding (the reference)")
@@ -161,7 +165,8 @@ def build(ctx: AppContext) -> None:
         session["plain_tps"] = plain["stats"]["tokens_per_s"]
         session["tli_live"] = list(session.get("tli_live") or []) + [live_row(plain, moa, int(n))]
         note = f"\n\n⚠ {moa['note']}" if "untrained" in (moa.get("note") or "") else ""
-        md = "**Your live runs (this session):**\n\n" + table_markdown(session["tli_live"]) + note
+        md = "**Your live runs (this session):**\n\n" + table_markdown(session["tli_live"]) + note + \
+            "\n\n" + IDEAL_NOTE
         return tli_figure(load_tli_table(), session["tli_live"]), md, session
 
     run_btn.click(on_run, [prompt, n_radio, max_new, ctx.session], [plot, live_md, ctx.session],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from demo.common import AppContext, friendly, last_runs, run_choices
+from demo.common import AppContext, friendly, last_runs, run_choices, run_decoder
 from demo.render import default_step, message_figure, show_token, step_choices, tree_figure
 
 TITLE = "Draft tree"
@@ -89,7 +89,7 @@ def build(ctx: AppContext) -> None:
         run = runs[idx] if idx is not None else None
         steps = step_choices(run["events"]) if run else []
         step = default_step(run["events"]) if run else None
-        fig, md = tree_view(run, step, runtime.decode)
+        fig, md = tree_view(run, step, run_decoder(run, runtime))
         return gr.update(choices=choices, value=idx), gr.update(choices=steps, value=step), fig, md
 
     @friendly
@@ -97,13 +97,13 @@ def build(ctx: AppContext) -> None:
         run = pick_run(session, idx)
         steps = step_choices(run["events"]) if run else []
         step = default_step(run["events"]) if run else None
-        fig, md = tree_view(run, step, runtime.decode)
+        fig, md = tree_view(run, step, run_decoder(run, runtime))
         return gr.update(choices=steps, value=step), fig, md
 
     @friendly
     def on_step(session, idx, step):
         run = pick_run(session, idx)
-        return tree_view(run, step, runtime.decode)
+        return tree_view(run, step, run_decoder(run, runtime))
 
     if ctx.tab is not None:
         ctx.tab.select(refresh, [ctx.session], [run_dd, step_dd, plot, summary], api_visibility="private")

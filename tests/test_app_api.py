@@ -65,7 +65,7 @@ def test_generate_endpoint_explains_bad_requests(tiny_app):
 
     client = Client(tiny_app, verbose=False)
     for args, msg in [(("hi", "nope", 8), "Unknown method"), (("hi", "ar", 100000), "between 1 and"),
-                      (("   ", "ar", 8), "empty")]:
+                      (("   ", "ar", 8), "empty"), ((123, "ar", 8), "must be text")]:
         with pytest.raises(Exception, match=msg) as info:
             client.predict(*args, api_name="/generate")
         assert "Traceback" not in str(info.value)

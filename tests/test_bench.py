@@ -163,7 +163,7 @@ def test_readme_table_cli(run, capsys):
 
 def test_model_cards_get_the_measured_tau(run, tmp_path):
     from analysis import cards
-    from core.training.train import TAU_PLACEHOLDER
+    from core.training.publish import TAU_PLACEHOLDER
 
     out, summary = run
     (tmp_path / "oracle").mkdir()

@@ -1,12 +1,16 @@
 """The app as users get it: `python app.py` with the real target (bfloat16) in a subprocess.
 
-1. the `/generate` API through gradio_client (the real target answers);
-2. a real browser: headless Debian Chromium driven by Playwright chats once with MoA
-   (an untrained drafter when none is shipped), checks the coloured tokens and the live
-   figures, stops a second generation, opens every tab and saves a screenshot of each
-   under screenshots/.
-Both share one server, so the target loads once. Set SPECLENS_TINY=1 to run them against
-the tiny test model instead (quicker, no real text).
+1. a real browser (headless Debian Chromium driven by Playwright) opens the page as the server starts: the
+   shipped example (coloured tokens, draft tree, LSA map) is there before the target has loaded, beside a
+   load status line;
+2. the `/generate` API through gradio_client (the real target answers);
+3. the browser chats once with MoA, checks the coloured tokens, the stats (speedup beside its ideal speedup)
+   and the live figures, replays the shipped lesson and the live run in the step-by-step player
+   (Next / Previous / Play), stops a second generation, and opens every tab at 1,400 px (each at most about
+   four screens tall; screenshots to docs/screenshots/) and at 390 px (no horizontal scroll; screenshots to
+   screenshots/mobile/).
+All share one server, so the target loads once. Set SPECLENS_TINY=1 to run them against the tiny test model
+instead (quicker, no real text).
 """
 
 from __future__ import annotations
@@ -25,13 +29,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "screenshots"
+DOC_SHOTS = ROOT / "docs" / "screenshots"  # committed: the desktop views the README shows
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 START_TIMEOUT_S = 180
 GENERATE_TIMEOUT_S = 240
 MAX_NEW_TOKENS = 8
-
+METHOD = os.environ.get("SPECLENS_BROWSER_METHOD", "moa")  # the method of the live chat (moa: LSA maps too)
+DESKTOP = {"width": 1400, "height": 1000}
+PHONE = {"width": 390, "height": 844}
+MAX_SCREENS = 4.2  # no tab taller than about four desktop screens
+TABS = ["Generate", "Step by step", "Draft tree", "LSA attention", "TLI trade-off", "Client-server",
+        "Draft failures", "Benchmarks"]
 
 
 def _playwright():
@@ -86,10 +96,66 @@ def app_url(tmp_path_factory):
         log.close()
 
 
+def _browser_or_skip():
+    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
+        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium; `make test` does it)")
+    if _playwright() is None:
+        pytest.skip("the playwright Python package is not installed (pip install playwright==1.65.2)")
+    return _playwright()
+
+
+def _open_tab(page, name: str) -> None:
+    """Click a tab; on a narrow screen Gradio moves the ones that do not fit into a "More tabs" menu."""
+    tab = page.locator("[role=tablist] [role=tab]", has_text=name)
+    if tab.count():
+        tab.first.click()
+    else:
+        page.get_by_role("button", name="More tabs").click()
+        page.locator(".overflow-dropdown button", has_text=name).first.click()
+    page.wait_for_timeout(1500)  # plots render asynchronously
+
+
+def _shot_name(i: int, tab: str) -> str:
+    return f"{i:02d}_{tab.lower().replace(' ', '_').replace('-', '_')}.png"
+
+
+def _save_small(page, path: Path) -> None:
+    """A full-page screenshot as a 256-colour PNG (about a third of the size: fit to commit)."""
+    from PIL import Image
+
+    page.screenshot(path=str(path), full_page=True)
+    Image.open(path).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+
+
 def _set_number(page, elem_id: str, value: int) -> None:
     box = page.locator(f"#{elem_id} input[type=number]")
     box.fill(str(value))
     box.press("Enter")
+
+
+@pytest.mark.real
+@pytest.mark.browser
+def test_first_look_needs_no_model(app_url):
+    """Opened as the server starts: the finished example is on the page while the target loads."""
+    pw = _browser_or_skip()
+    with pw() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport=DESKTOP)
+            page.goto(app_url, wait_until="domcontentloaded")
+            page.locator("#token-stream .tok-draft").first.wait_for(timeout=60_000)
+            assert page.locator("#token-stream .tok").count() >= 10  # the example's coloured answer
+            assert "Example" in page.locator("#example-note").inner_text()
+            page.locator("#gen-tree .main-svg").first.wait_for(timeout=30_000)
+            assert "draft depth" in page.locator("#gen-tree").inner_text()
+            page.locator("#gen-lsa .main-svg").first.wait_for(timeout=30_000)
+            status = page.locator("#load-status").inner_text()
+            assert any(w in status for w in ("loading", "measuring", "ready")), status
+            # the status line follows the background load to its end without a reload
+            page.wait_for_function("() => document.querySelector('#load-status').innerText.includes('ready')",
+                                   timeout=START_TIMEOUT_S * 1000)
+        finally:
+            browser.close()
 
 
 @pytest.mark.real
@@ -105,26 +171,22 @@ def test_generate_api_on_the_real_target(app_url):
 @pytest.mark.real
 @pytest.mark.browser
 def test_generate_and_every_tab(app_url):
-    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
-        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium; `make test` does it)")
-    if _playwright() is None:
-        pytest.skip("the playwright Python package is not installed (pip install playwright==1.65.2)")
-    from demo.runtime import method_available
-
-    method = "moa" if method_available("moa") else "pld"
-    SHOTS.mkdir(exist_ok=True)
-    with _playwright()() as p:
+    pw = _browser_or_skip()
+    DOC_SHOTS.mkdir(parents=True, exist_ok=True)
+    (SHOTS / "mobile").mkdir(parents=True, exist_ok=True)
+    with pw() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport=DESKTOP)
             page.goto(app_url, wait_until="domcontentloaded")
             page.locator("#prompt-box textarea").wait_for(timeout=60_000)
 
             # pick the method and a short answer
             page.locator("#method-picker input").click()
-            label = {"moa": "Mixture of Attentions", "pld": "Prompt lookup"}[method]
-            page.get_by_role("option", name=label).first.click()
-            if method == "moa":
+            from demo.runtime import METHOD_LABELS
+
+            page.get_by_role("option", name=METHOD_LABELS[METHOD]).first.click()
+            if METHOD == "moa":
                 page.locator("#tli-picker").get_by_text("0", exact=True).click()  # N = 0: the quickest drafter
             _set_number(page, "max-new", MAX_NEW_TOKENS)
             page.locator("#prompt-box textarea").fill("Name three primary colours.")
@@ -132,9 +194,11 @@ def test_generate_and_every_tab(app_url):
 
             # tokens stream in as coloured spans; the stats appear; the run finishes
             page.locator("#token-stream .tok").first.wait_for(timeout=GENERATE_TIMEOUT_S * 1000)
-            page.wait_for_function(
+            page.wait_for_function(  # the example's note goes with the first answer
                 "() => { const s = document.querySelector('#live-stats'); "
-                "return s && !s.innerText.includes('generating') && s.innerText.includes('tau'); }",
+                "const e = document.querySelector('#example-note'); "
+                "return s && !s.innerText.includes('generating') && s.innerText.includes('tau') && "
+                "e && !e.innerText.trim(); }",
                 timeout=GENERATE_TIMEOUT_S * 1000)
             spans = page.locator("#token-stream span.tok")
             assert spans.count() >= 2
@@ -142,57 +206,103 @@ def test_generate_and_every_tab(app_url):
             title = spans.first.get_attribute("title")
             assert title and "step" in title and "target p" in title
             stats = page.locator("#live-stats").inner_text()
-            assert "tokens/s" in stats and "speedup" in stats
+            assert "tokens/s" in stats and "speedup" in stats and "ideal speedup" in stats
+            assert "GPU" in stats and page.locator("#live-stats a[href='#cost-curve']").count() == 1
             tau = float(page.locator("#live-stats .stat-card .v").first.inner_text())
             assert tau >= 1.0
-            if method == "moa":
+            if METHOD not in ("ar", "pld"):
                 note = page.locator("#drafter-note").inner_text()
                 assert "untrained" in note or "trained" in note
             assert page.locator("#chatbot").inner_text().strip()
-            page.screenshot(path=str(SHOTS / "01_generate.png"), full_page=True)
+            page.locator("#cost-curve").get_by_text("cost curve").first.click()  # the accordion opens
+            page.locator("#cost-curve-plot .main-svg").first.wait_for(timeout=60_000)
 
-            for i, (tab, wait_for) in enumerate([
-                ("Draft tree", "#tree-plot"), ("LSA attention", "#lsa-heatmap"), ("TLI trade-off", "#tli-plot"),
-                ("Client-server", None), ("Draft failures", "#fail-source"), ("Benchmarks", "#bench-summary"),
-            ], start=2):
-                button = page.get_by_role("tab", name=tab)
-                if button.count() == 0:
-                    assert tab == "Client-server", f"tab {tab!r} is missing"
-                    continue
-                button.first.click()
-                if wait_for:
-                    page.locator(wait_for).first.wait_for(state="visible", timeout=30_000)
+            # the step-by-step player: the shipped lesson, then the live run
+            _open_tab(page, "Step by step")
+            story = page.locator("#player-story")
+            page.wait_for_function("() => document.querySelector('#player-story').innerText.includes('Cycle 1 of')",
+                                   timeout=30_000)
+            assert page.locator("#player-tree .main-svg").count() >= 1
+            assert "accepted" in page.locator("#player-verdicts").inner_text()
+            for n in (2, 3):
+                page.locator("#player-next").click()
+                page.wait_for_function("(n) => document.querySelector('#player-story').innerText"
+                                       ".includes(`Cycle ${n} of`)", arg=n, timeout=30_000)
+            page.locator("#player-prev").click()
+            page.wait_for_function("() => document.querySelector('#player-story').innerText.includes('Cycle 2 of')",
+                                   timeout=30_000)
+            assert "Running tau" in story.inner_text() and page.locator("#player-text .tok-now").count() >= 1
+            page.locator("#player-lsa .main-svg").first.wait_for(timeout=30_000)  # MoA: the cycle's LSA map
+            page.locator("#player-play").click()
+            page.wait_for_function("() => /Cycle [4-9]|Cycle [1-9][0-9]/.test("
+                                   "document.querySelector('#player-story').innerText)", timeout=30_000)
+            page.locator("#player-play").click()  # pause
+            page.locator("#player-source input").click()
+            page.get_by_role("option", name="Your run").first.click()
+            page.wait_for_function("() => /Cycle 1 of|no verification cycles/.test("
+                                   "document.querySelector('#player-story').innerText)", timeout=30_000)
+            page.locator("#player-source input").click()  # back to the lesson, for the screenshot
+            page.get_by_role("option", name="Lesson:").first.click()
+            page.wait_for_function("() => document.querySelector('#player-story').innerText.includes('Cycle 1 of')",
+                                   timeout=30_000)
+
+            # every tab at 1,400 px: at most about four screens, screenshots for the README
+            for i, tab in enumerate(TABS, start=1):
+                _open_tab(page, tab)
                 if tab == "Draft tree":
                     page.locator("#tree-plot .main-svg").first.wait_for(timeout=30_000)
                     assert "draft depth" in page.locator("#tree-plot").inner_text()
-                if tab == "LSA attention" and method == "moa":
-                    page.wait_for_function("() => document.querySelector('#lsa-heatmap') && "
-                                           "document.querySelector('#lsa-heatmap').innerText.includes('LSA attention')",
-                                           timeout=30_000)
+                if tab == "LSA attention":
+                    want = "LSA attention" if METHOD.startswith("moa") else "did not use MoA"
+                    page.wait_for_function("(w) => document.querySelector('#lsa-heatmap') && "
+                                           "document.querySelector('#lsa-heatmap').innerText.includes(w)",
+                                           arg=want, timeout=30_000)
                 if tab == "Draft failures":
                     page.locator("#fail-analyse").click()
                     page.wait_for_function(
                         "() => { const s = document.querySelector('#fail-summary'); "
-                        "return s && /trace|build yet/.test(s.innerText); }",
-                        timeout=60_000)
-                page.wait_for_timeout(1500)  # plots render asynchronously
-                name = tab.lower().replace(" ", "_").replace("-", "_")
-                page.screenshot(path=str(SHOTS / f"{i:02d}_{name}.png"), full_page=True)
+                        "return s && /trace/.test(s.innerText); }", timeout=60_000)
+                if tab == "Benchmarks":
+                    page.locator("#bench-headline .main-svg").first.wait_for(timeout=30_000)
+                    assert page.locator("#bench-table tr").count() >= 3
+                    top = page.locator("#bench-table").bounding_box()["y"]
+                    assert top < DESKTOP["height"], "the compact table starts on the first screen"
+                    page.wait_for_timeout(1500)
+                height = page.evaluate("document.documentElement.scrollHeight")
+                assert height <= MAX_SCREENS * DESKTOP["height"], f"{tab} is {height} px tall"
+                _save_small(page, DOC_SHOTS / _shot_name(i, tab))
             assert page.locator("text=Traceback").count() == 0
 
-            page.get_by_role("tab", name="Generate").first.click()
-            # a long plain generation, stopped: the stream stops growing and the app stays usable
-            page.locator("#method-picker input").click()
-            page.get_by_role("option", name="Plain decoding").first.click()
-            _set_number(page, "max-new", 400)
-            page.locator("#prompt-box textarea").fill("Tell me a long story about a lighthouse.")
-            page.locator("#send-btn").click()
-            page.wait_for_function("() => document.querySelector('#live-stats').innerText.includes('generating')",
-                                   timeout=GENERATE_TIMEOUT_S * 1000)
-            page.locator("#stop-btn").click()
-            page.wait_for_timeout(2000)
-            n_stopped = page.locator("#token-stream .tok").count()
-            page.wait_for_timeout(2000)
-            assert page.locator("#token-stream .tok").count() == n_stopped < 400
+            # every tab at 390 px: no horizontal scroll of the page, figures within the screen
+            phone = browser.new_page(viewport=PHONE)
+            phone.goto(app_url, wait_until="domcontentloaded")
+            phone.locator("#prompt-box textarea").wait_for(timeout=60_000)
+            for i, tab in enumerate(TABS, start=1):
+                _open_tab(phone, tab)
+                width = phone.evaluate("document.documentElement.scrollWidth")
+                assert width <= PHONE["width"] + 1, f"{tab} scrolls sideways at 390 px ({width} px wide)"
+                too_wide = phone.evaluate(
+                    "() => [...document.querySelectorAll('.js-plotly-plot')].filter(e => e.offsetParent)"
+                    ".map(e => e.getBoundingClientRect().right).filter(r => r > innerWidth + 1).length")
+                assert too_wide == 0, f"{tab}: a figure is wider than the screen"
+                phone.screenshot(path=str(SHOTS / "mobile" / _shot_name(i, tab)), full_page=True)
+            phone.close()
+
+            _open_tab(page, "Generate")
+
+            # a long plain generation, stopped (the tiny model finishes too fast to be caught running)
+            if os.environ.get("SPECLENS_TINY", "0") in ("", "0", "false"):
+                page.locator("#method-picker input").click()
+                page.get_by_role("option", name="Plain decoding").first.click()
+                _set_number(page, "max-new", 400)
+                page.locator("#prompt-box textarea").fill("Tell me a long story about a lighthouse.")
+                page.locator("#send-btn").click()
+                page.wait_for_function("() => document.querySelector('#live-stats').innerText.includes('generating')",
+                                       timeout=GENERATE_TIMEOUT_S * 1000)
+                page.locator("#stop-btn").click()
+                page.wait_for_timeout(2000)
+                n_stopped = page.locator("#token-stream .tok").count()
+                page.wait_for_timeout(2000)
+                assert page.locator("#token-stream .tok").count() == n_stopped < 400
         finally:
             browser.close()

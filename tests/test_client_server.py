@@ -360,7 +360,7 @@ def _failing_run(tiny, prompt, pids):
     ServerProcess.__enter__ = spy
     try:
         run_loopback("tiny", "moa", prompt, preset("5g"), 4, dtype="float32", drafter_spec="random",
-                     drafter_options={**MOA_SMALL, "lsa_dim": 8}, target=tiny,
+                     drafter_options={**MOA_SMALL, "lsa_mlp_ratio": 2}, target=tiny,
                      drafter=MoADrafter.random(tiny, seed=0, **MOA_SMALL), time_limit=30)
     finally:
         ServerProcess.__enter__ = real_init

@@ -9,15 +9,12 @@ import torch
 
 from core.target import tiny_target
 from core.training.datagen import (
-    COLUMNS,
     GenConfig,
     build_recipe,
     combine_runs,
     drop_answered,
-    export_compact,
     generate_batch,
     is_sampled,
-    load_distill,
     merge_shards,
     plan_shards,
     prepare_items,
@@ -26,6 +23,7 @@ from core.training.datagen import (
     shard_path,
     split_of,
 )
+from core.training.distill_data import COLUMNS, export_compact, load_distill
 
 EOS = 1
 

@@ -13,7 +13,8 @@ import torch
 from core.decoding import generate
 from core.drafters.base import Verified
 from core.drafters.checkpoint import CorruptCheckpointError, DrafterMismatchError, TrainBatch
-from core.drafters.medusa import LOSS_DECAY, MedusaDrafter
+from core.drafters.medusa import MedusaDrafter
+from core.drafters.trained import LOSS_DECAY
 from core.target import Target, load_target, tiny_target
 from tests.helpers import ALPHA, assert_greedy_lossless, sampling_p_value, tiny_prompts
 

@@ -134,3 +134,36 @@ def test_answer_record_fields():
     assert choice["accept_lengths"] == [1, 3, 1, 2, 1, 1]
     # Spec-Bench's mean accepted length is the mean of accept_lengths: it must equal tau
     assert sum(choice["accept_lengths"]) / len(choice["accept_lengths"]) == pytest.approx(9 / 6)
+
+
+def test_floor_share_of_ideal_and_draft_share():
+    spec = metrics.question_stats([metrics.turn_stats(chain_trace(draft=0.005, verify=0.015))])
+    ar = metrics.question_stats([metrics.turn_stats(ar_trace(4, verify=0.01))])
+    curve = {"sizes": [1, 3, 5], "ms": [10.0, 12.0, 20.0]}
+    out = metrics.finalize(spec, ar, curve=curve, floor_ms=5.0)
+    # mean tree nodes 7 / 3 cycles; a pass of 1 + 7/3 = 3.333 tokens lies between 3 and 5: 12 + 8 x 1/6 ms
+    ideal = 1.75 * 10.0 / (12.0 + 8.0 * (1 / 3) / 2)
+    assert out["ideal_speedup_curve"] == pytest.approx(ideal, abs=1e-4)
+    assert out["share_of_ideal"] == pytest.approx(0.875 / ideal, abs=1e-4)
+    assert out["draft_share"] == pytest.approx(5.0 / 15.0, abs=1e-4)
+    assert out["floor_ms"] == 5.0 and out["verify_over_floor"] == pytest.approx(3.0)
+    # without a curve the share is against the measured ideal speedup (tau x ar verify / verify)
+    plain = metrics.finalize(spec, ar)
+    assert plain["share_of_ideal"] == pytest.approx(0.875 / (1.75 * 10 / 15), abs=1e-4)
+    assert plain["floor_ms"] is None and plain["ideal_speedup_curve"] is None
+    assert metrics.share(1.0, 0.0) is None and metrics.share(None, 2.0) is None
+    s = metrics.summarize(records(), curve=curve, floor_ms=4.0)
+    assert s["spec"]["overall"]["floor_ms"] == 4.0 and s["ar"]["overall"]["ideal_speedup_curve"] == 1.0
+    assert s["spec"]["overall"]["speedup"] == pytest.approx(0.875)  # the existing keys stay
+
+
+def test_bench_floor_table_reads_the_summary():
+    from analysis.bench import floor_table
+
+    s = metrics.summarize(records(), curve={"sizes": [1, 8], "ms": [10.0, 10.0]}, floor_ms=4.0)
+    table = floor_table({"config": {"floor_ms": 4.0, "trees": {"spec": {"depth": 3, "total_tokens": 3,
+                                                                         "auto": True}}}, "methods": s})
+    assert "4.0 ms" in table and "| spec | d3/n3 auto |" in table
+    row = next(line for line in table.splitlines() if line.startswith("| spec"))
+    # flat curve: the ideal speedup is tau (1.75); measured 0.875 is half of it
+    assert "| 1.75 | 0.88 | 50% |" in row

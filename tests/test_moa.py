@@ -421,3 +421,74 @@ def test_needs_layer_kv():
     d = MoADrafter.random(target, **SMALL)
     with pytest.raises(ValueError, match="layer_kv"):
         d.begin(target, Verified([3, 4], 5, 0, {}, None))
+
+
+# ----- LSA layouts, the staircase draw, rebuilding parts of a published drafter ---------------------
+def test_lsa_layouts(tiny):
+    """Full width (the reference layout): the layers attend over each layer's whole K+V, no projection first."""
+    kv_width = 2 * tiny.kv_heads * tiny.head_dim
+    wide = MoADrafter.random(tiny, seed=0)
+    narrow = MoADrafter.random(tiny, seed=0, lsa_full_width=False, lsa_dim=16, lsa_heads=2, ca_mlp=True)
+    assert isinstance(wide.lsa.inp, torch.nn.Identity) and wide.lsa.qkv.in_features == kv_width
+    assert wide.lsa.heads == 2 * tiny.kv_heads and not hasattr(wide, "mlp")
+    assert narrow.lsa.inp.out_features == 16 and narrow.lsa.qkv.in_features == 16 and hasattr(narrow, "mlp")
+    kv = torch.randn(3, N_LAYERS, kv_width)
+    for d in (wide, narrow):
+        vec, att = d.lsa(kv, need_weights=True)
+        assert vec.shape == (3, tiny.hidden_size) and att.shape == (3, N_LAYERS, N_LAYERS)
+        assert torch.allclose(att.sum(-1), torch.ones(3, N_LAYERS), atol=1e-5)
+    with pytest.raises(ValueError, match="staircase"):
+        MoADrafter.random(tiny, staircase="sometimes")
+
+
+def test_random_staircase_mixes_both_masks_mid_curriculum(tiny):
+    """staircase='random': each sequence draws the staircase with probability 1 - progress / staircase_until."""
+    d = MoADrafter.random(tiny, seed=2, **SMALL)
+    tokens = tiny_prompts(VOCAB, n=1, length=24, seed=4)[0]
+    one = batch_for(d, tiny, tokens, 2)
+    n = 32
+    batch = TrainBatch(one.input_ids.repeat(n, 1), one.loss_mask.repeat(n, 1), one.attention_mask.repeat(n, 1),
+                       {k: v.repeat(n, 1, 1) for k, v in one.hidden.items()}, one.layer_kv.repeat(n, 1, 1, 1), tiny)
+    changed = TrainBatch(batch.input_ids.clone(), batch.loss_mask, batch.attention_mask, batch.hidden,
+                         batch.layer_kv, tiny)
+    changed.input_ids[:, :17] = (changed.input_ids[:, :17] + 1) % VOCAB
+    last = d.last_verified(batch, period=torch.full((n,), 8))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        a, _ = d.train_forward(batch, last, 0.25)
+        torch.manual_seed(0)
+        b, _ = d.train_forward(changed, last, 0.25)
+    stair = torch.isclose(a[:, 20], b[:, 20], atol=1e-6).all(-1)  # position 20 unaffected = staircase mask
+    assert 0 < int(stair.sum()) < n
+
+
+def test_rebuilding_the_lsa_keeps_every_other_published_weight(tmp_path, tiny):
+    """--init-from with another LSA layout: SA, CA and head keep their published values, LSA starts fresh."""
+    from core.training.publish import init_from_published
+    from core.training.specs import resolve_spec
+
+    old = MoADrafter.random(tiny, seed=5, lsa_full_width=False, lsa_dim=16, lsa_heads=2, ca_mlp=True)
+    old.save_pretrained(tmp_path / "moa")
+    spec = resolve_spec("moa-h24", {"lsa_full_width": True, "ca_mlp": False, "staircase": "random"})
+    new = init_from_published(spec, tiny, tmp_path, single=False)
+    assert new.config.lsa_full_width and new.config.period_max == 24 and not new.config.ca_mlp
+    old_state, new_state = old.state_dict(), new.state_dict()
+    for name, value in new_state.items():
+        if not name.startswith("lsa."):
+            assert torch.equal(value, old_state[name].to(torch.bfloat16).to(value.dtype)), name  # saved in bf16
+    assert not any(k.startswith(("mlp.", "mlp_norm.")) for k in new_state)
+    assert set(new.init_record["rebuilt"]) == {"lsa_full_width", "ca_mlp"}
+    assert new.init_record["changed"]["period_max"] == [14, 24]
+    with pytest.raises(ValueError, match="tli"):  # an architectural field outside `rebuilt` still refuses
+        init_from_published(resolve_spec("moa", {"tli": 1}), tiny, tmp_path, single=False)
+
+
+def test_a_fresh_drafter_starts_from_target_layers(tiny):
+    """init_from_target: SA = the target's first layer, CA = its last layer's attention (where shapes match)."""
+    d = MoADrafter.random(tiny, seed=0)
+    first, last = tiny.layers[0], tiny.layers[-1]
+    for mine, theirs in ((d.sa, first), (d.ca, last.self_attn), (d.ca_norm, last.input_layernorm)):
+        for name, value in theirs.state_dict().items():
+            assert torch.equal(mine.state_dict()[name], value.to(mine.state_dict()[name].dtype)), name
+    plain = MoADrafter.random(tiny, seed=0, init_from_target=False)
+    assert not torch.equal(plain.sa.self_attn.q_proj.weight, first.self_attn.q_proj.weight)

@@ -6,7 +6,6 @@ a parametrised smoke test also runs every real drafter whose module imports.
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,12 @@ import torch.nn.functional as F
 from core.drafters.base import TargetNeeds
 from core.drafters.checkpoint import DrafterConfig, TrainBatch, TrainedDrafter
 from core.target import tiny_target
+from core.training import data as D
+from core.training import publish as P
+from core.training import resume as R
+from core.training import specs as S
 from core.training import train as T
+from core.training import trainer as TR
 from core.training.curves import read_log
 
 
@@ -70,28 +74,28 @@ def target():
     return tiny_target()
 
 
-def cfg(tmp_path: Path, name: str = "run", **kw) -> T.TrainConfig:
+def cfg(tmp_path: Path, name: str = "run", **kw) -> TR.TrainConfig:
     base = dict(drafters=["toy"], out=str(tmp_path / name), steps=6, batch_tokens=96, max_len=32, lr=3e-3,
                 warmup=2, eval_every=3, eval_tokens=200, final_eval_tokens=200, log_every=1, progress_bar=False)
     base.update(kw)
-    return T.TrainConfig(**base)
+    return TR.TrainConfig(**base)
 
 
-def toy(name: str = "toy", **hyper) -> T.DrafterSpec:
-    return T.DrafterSpec(name, ToyDrafter, hyper)
+def toy(name: str = "toy", **hyper) -> S.DrafterSpec:
+    return S.DrafterSpec(name, ToyDrafter, hyper)
 
 
-def run(target, config: T.TrainConfig, specs=None, recs=None) -> T.Trainer:
-    trainer = T.Trainer(config, target, recs if recs is not None else records(), specs or [toy()])
+def run(target, config: TR.TrainConfig, specs=None, recs=None) -> TR.Trainer:
+    trainer = TR.Trainer(config, target, recs if recs is not None else records(), specs or [toy()])
     trainer.run()
     return trainer
 
 
 def test_packing_is_deterministic_and_within_budget():
     lengths = np.array([5, 30, 12, 7, 19, 25, 3, 30, 8, 14])
-    a = T.epoch_batches(lengths, seed=1, epoch=0, batch_tokens=40)
-    assert a == T.epoch_batches(lengths, seed=1, epoch=0, batch_tokens=40)
-    assert a != T.epoch_batches(lengths, seed=1, epoch=1, batch_tokens=40)
+    a = D.epoch_batches(lengths, seed=1, epoch=0, batch_tokens=40)
+    assert a == D.epoch_batches(lengths, seed=1, epoch=0, batch_tokens=40)
+    assert a != D.epoch_batches(lengths, seed=1, epoch=1, batch_tokens=40)
     assert sorted(i for b in a for i in b) == list(range(len(lengths)))
     for b in a:
         assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 40
@@ -101,34 +105,34 @@ def test_sequences_cut_keeps_half_the_window_for_the_answer():
     recs = [{"prompt_ids": list(range(100, 130)), "answer_ids": list(range(200, 240)), "split": "train"},
             {"prompt_ids": [1, 2, 3], "answer_ids": list(range(50)), "split": "train"},
             {"prompt_ids": [1, 2], "answer_ids": [], "split": "train"}]
-    seqs = T.make_sequences(recs, max_len=32)
+    seqs = D.make_sequences(recs, max_len=32)
     assert len(seqs) == 2 and seqs.cut_prompts == 1
     assert seqs.ids[0].tolist() == list(range(114, 130)) + list(range(200, 216)) and seqs.answer_start[0] == 16
     assert seqs.ids[1].tolist() == [1, 2, 3] + list(range(29)) and seqs.answer_start[1] == 3
-    ids, loss, attn = T.collate(seqs, [0, 1], torch.device("cpu"))
+    ids, loss, attn = D.collate(seqs, [0, 1], torch.device("cpu"))
     assert ids.shape == (2, 32) and int(loss[0].sum()) == 16 and bool(attn.all())
 
 
 def test_data_sources_repeat_training_records_only(monkeypatch):
-    assert T.data_sources("a.npz") == [("a.npz", 1)]
-    assert T.data_sources("a.npz, b.npz*3") == [("a.npz", 1), ("b.npz", 3)]
+    assert D.data_sources("a.npz") == [("a.npz", 1)]
+    assert D.data_sources("a.npz, b.npz*3") == [("a.npz", 1), ("b.npz", 3)]
     for bad in ("a.npz,", "a.npz*x", "a.npz*0"):
         with pytest.raises(ValueError, match="--data"):
-            T.data_sources(bad)
+            D.data_sources(bad)
     old, new = records(4, 1, seed=1), records(3, 2, seed=2)
-    from core.training import datagen
-    monkeypatch.setattr(datagen, "load_distill", lambda path: {"old": old, "new": new}[path])
-    got = T.load_records("old,new*3")
+    from core.training import distill_data
+    monkeypatch.setattr(distill_data, "load_distill", lambda path: {"old": old, "new": new}[path])
+    got = D.load_records("old,new*3")
     heldout = [r for r in got if r["split"] == "heldout"]
     assert len(got) == 5 + 5 + 2 * 3 and heldout == old[4:] + new[3:]
     assert [r for r in got if r["split"] == "train"] == old[:4] + new[:3] * 3
 
 
 def test_lr_schedule():
-    f = [T.lr_factor(s, 10, 100, 0.1) for s in range(100)]
+    f = [R.lr_factor(s, 10, 100, 0.1) for s in range(100)]
     assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
     assert f[10] == pytest.approx(1.0) and all(a >= b for a, b in zip(f[10:], f[11:]))
-    assert T.lr_factor(100, 10, 100, 0.1) == pytest.approx(0.1)
+    assert R.lr_factor(100, 10, 100, 0.1) == pytest.approx(0.1)
 
 
 def test_loss_decreases_on_repeated_batch(tmp_path, target):
@@ -155,14 +159,14 @@ def test_outputs_log_curves_export(tmp_path, target):
     loaded = ToyDrafter.from_pretrained(out / "final", target)
     for k, v in trainer.members[0].model.state_dict().items():
         torch.testing.assert_close(loaded.state_dict()[k].float(), v.to(torch.bfloat16).float())
-    assert not (out / "final.tmp").exists() and (out / T.STATE_FILE).exists()
+    assert not (out / "final.tmp").exists() and (out / TR.STATE_FILE).exists()
 
 
 def test_resume_gives_identical_weights(tmp_path, target):
     straight = run(target, cfg(tmp_path, "a", ckpt_every_min=0.0))  # checkpoints every step: no effect
     first = run(target, cfg(tmp_path, "b", stop_at_step=4))
     assert first.step == 4
-    state = torch.load(Path(first.out) / T.STATE_FILE, weights_only=False)
+    state = torch.load(Path(first.out) / TR.STATE_FILE, weights_only=False)
     assert state["step"] == 4 and not json.loads((first.out / "final" / "config.json").read_text())["training"][
         "complete"]
     resumed = run(target, cfg(tmp_path, "b"))
@@ -194,7 +198,7 @@ class FlakyDrafter(ToyDrafter):
 
 def test_non_finite_loss_skips_the_update(tmp_path, target):
     FlakyDrafter.calls = 0
-    trainer = run(target, cfg(tmp_path, steps=4, eval_every=0), specs=[T.DrafterSpec("toy", FlakyDrafter)])
+    trainer = run(target, cfg(tmp_path, steps=4, eval_every=0), specs=[S.DrafterSpec("toy", FlakyDrafter)])
     rows = [r for r in read_log(trainer.out / "log.jsonl") if r["split"] == "train"]
     assert [r.get("skipped", 0) for r in rows] == [0, 0, 1, 0]
     assert all(torch.isfinite(p).all() for p in trainer.members[0].model.parameters())
@@ -232,16 +236,17 @@ def test_joint_training_shares_the_target_pass(tmp_path, target, monkeypatch):
 def test_publish_copies_checkpoint_and_card(tmp_path, target):
     dest = tmp_path / "assets" / "toy"
     run(target, cfg(tmp_path, steps=3, publish=str(dest)))
-    for f in ("config.json", "model.safetensors", "curves.html", "log.jsonl", "README.md"):
-        assert (dest / f).exists(), f
+    assert sorted(f.name for f in dest.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    run_folder = tmp_path / "run"
+    assert (run_folder / "log.jsonl").exists() and (run_folder / "curves.html").exists()  # logs stay with the run
     card = (dest / "README.md").read_text()
-    assert T.TAU_PLACEHOLDER in card and "acc" in card and "steps: 3" in card
+    assert P.TAU_PLACEHOLDER in card and "acc" in card and "steps: 3" in card
     ToyDrafter.from_pretrained(dest, target)
 
 
 def test_cli_parsing_and_tiny_run(tmp_path, monkeypatch):
     monkeypatch.setattr(T, "load_records", lambda path: records())
-    monkeypatch.setattr(T, "resolve_spec", lambda name, hyper=None: T.DrafterSpec(name, ToyDrafter, hyper or {}))
+    monkeypatch.setattr(T, "resolve_spec", lambda name, hyper=None: S.DrafterSpec(name, ToyDrafter, hyper or {}))
     out = tmp_path / "cli"
     result = T.main(["--drafter", "toy", "--target", "tiny", "--dtype", "float32", "--out", str(out), "--steps", "2",
                      "--batch-tokens", "64", "--max-len", "32", "--lr", "1e-3,toy=2e-3", "--hyper", "noise=0.1",
@@ -253,7 +258,7 @@ def test_cli_parsing_and_tiny_run(tmp_path, monkeypatch):
 
 def test_steps_auto_fills_the_time_budget_and_completes(tmp_path, monkeypatch):
     monkeypatch.setattr(T, "load_records", lambda path: records())
-    monkeypatch.setattr(T, "resolve_spec", lambda name, hyper=None: T.DrafterSpec(name, ToyDrafter, hyper or {}))
+    monkeypatch.setattr(T, "resolve_spec", lambda name, hyper=None: S.DrafterSpec(name, ToyDrafter, hyper or {}))
     out = tmp_path / "auto"
     args = ["--drafter", "toy", "--target", "tiny", "--dtype", "float32", "--out", str(out), "--steps", "auto",
             "--time-budget-min", "0.05", "--warmup", "30", "--batch-tokens", "64", "--max-len", "32",
@@ -261,9 +266,9 @@ def test_steps_auto_fills_the_time_budget_and_completes(tmp_path, monkeypatch):
             "--publish", str(tmp_path / "pub")]
     T.main(args)
     meta = json.loads((tmp_path / "pub" / "config.json").read_text())["training"]
-    assert meta["complete"] and meta["steps"] == meta["planned_steps"] > T.FIT_AFTER_STEPS + 2
+    assert meta["complete"] and meta["steps"] == meta["planned_steps"] > TR.FIT_AFTER_STEPS + 2
     assert meta["wall_time_s"] < 0.05 * 60 * 1.5
-    state = torch.load(out / T.STATE_FILE, weights_only=False)
+    state = torch.load(out / TR.STATE_FILE, weights_only=False)
     assert state["args"]["steps"] == meta["steps"], "the fitted total is what a resume must agree on"
     with pytest.raises(SystemExit, match="needs --time-budget-min"):
         T.main([a for a in args if a not in ("--time-budget-min", "0.05")])
@@ -276,21 +281,14 @@ def test_names_resolve():
     assert T.parse_hyper(["noise=0.1", "b.depth=4"], ["a", "b"]) == {"a": {"noise": 0.1}, "b": {"noise": 0.1,
                                                                                                "depth": 4}}
     with pytest.raises(ValueError):
-        T.resolve_spec("nope")
+        S.resolve_spec("nope")
 
 
 REAL = ["eagle2", "moa", "moa-tli1", "medusa", "amphista"]
 
 
-def _spec_or_skip(name: str) -> T.DrafterSpec:
-    from core.drafters.registry import TRAINED
-
-    method = "moa" if name.startswith("moa") else name
-    try:
-        importlib.import_module(TRAINED[method][0])
-        return T.resolve_spec(name)
-    except (ImportError, AttributeError) as err:
-        pytest.skip(f"{name} is not available yet: {err}")
+def _spec_or_skip(name: str) -> S.DrafterSpec:
+    return S.resolve_spec(name)
 
 
 @pytest.mark.parametrize("name", REAL)
@@ -311,26 +309,22 @@ def test_init_from_published_continues_the_weights_and_the_record(tmp_path, targ
     first = ToyDrafter.from_pretrained(published / "toy", target)
 
     # step 0's held-out evaluation of the continued run sees the published weights, not a fresh init
-    cont = T.Trainer(cfg(tmp_path, name="cont", steps=3, init_from=str(published)), target, records(), [toy()])
+    cont = TR.Trainer(cfg(tmp_path, name="cont", steps=3, init_from=str(published)), target, records(), [toy()])
     for k, v in first.state_dict().items():
         torch.testing.assert_close(cont.members[0].model.state_dict()[k].float(), v.float())
-    fresh = T.Trainer(cfg(tmp_path, name="fresh", steps=3), target, records(), [toy()])
+    fresh = TR.Trainer(cfg(tmp_path, name="fresh", steps=3), target, records(), [toy()])
     assert any(not torch.equal(fresh.members[0].model.state_dict()[k].float(), v.float())
                for k, v in first.state_dict().items())
     cont.run()
     tr = json.loads((cont.out / "final" / "config.json").read_text())["training"]
     assert tr["steps"] == 3 and tr["init_from"]["steps"] == 4 and tr["init_from"]["training"]["steps"] == 4
-    assert T.cumulative_training(tr)["steps"] == 7
-    first_log = (published / "toy" / "log.jsonl").read_text()
-    T.publish(cont.out, published / "toy", "toy")  # publishing over the drafter it continued keeps the old log
-    assert (published / "toy" / "log-run1.jsonl").read_text() == first_log
-    assert (published / "toy" / "curves-run1.html").exists()
-    assert (published / "toy" / "log.jsonl").read_text() == (cont.out / "log.jsonl").read_text()
-    T.publish(cont.out, published / "toy", "toy")  # publishing it again must not bury the earlier log
-    assert (published / "toy" / "log-run1.jsonl").read_text() == first_log
-    assert not (published / "toy" / "log-run2.jsonl").exists()
+    assert P.cumulative_training(tr)["steps"] == 7
+    (published / "toy" / "log-run1.jsonl").write_text("{}\n")  # what publishing used to leave in the folder
+    (published / "toy" / "curves.html").write_text("<html></html>")
+    P.publish(cont.out, published / "toy", "toy")
+    assert sorted(f.name for f in (published / "toy").iterdir()) == ["README.md", "config.json", "model.safetensors"]
     card = (published / "toy" / "README.md").read_text()
-    assert "continued from" in card and "in all: 7 steps" in card and "log-run1.jsonl" in card
+    assert "continued from" in card and "in all: 7 steps" in card and "log-run1.jsonl" not in card
 
 
 def test_a_continued_run_may_deepen_medusa_heads_without_changing_what_they_compute(tmp_path, target):
@@ -344,7 +338,7 @@ def test_a_continued_run_may_deepen_medusa_heads_without_changing_what_they_comp
         specs=[spec])
     first = spec.cls.from_pretrained(published / "medusa", target)
     deeper = replace(spec, hyper={**spec.hyper, "num_layers_per_head": 3})
-    cont = T.Trainer(cfg(tmp_path, name="cont", steps=2, eval_every=0, init_from=str(published)), target,
+    cont = TR.Trainer(cfg(tmp_path, name="cont", steps=2, eval_every=0, init_from=str(published)), target,
                      records(), [deeper])
     grown = cont.members[0].model
     assert grown.config.num_layers_per_head == 3 and all(len(blocks) == 3 for blocks in grown.heads)
@@ -354,11 +348,11 @@ def test_a_continued_run_may_deepen_medusa_heads_without_changing_what_they_comp
         torch.testing.assert_close(grown.float().head_states(feature.float()), first.float().head_states(feature))
     cont.run()
     assert spec.cls.from_pretrained(cont.out / "final", target).config.num_layers_per_head == 3
-    T.publish(cont.out, published / "medusa", "medusa")
+    P.publish(cont.out, published / "medusa", "medusa")
     assert "grown at the start of this run: `num_layers_per_head` 1 -> 3" in (
         published / "medusa" / "README.md").read_text()
     with pytest.raises(ValueError, match="num_layers_per_head"):  # heads never shrink
-        T.Trainer(cfg(tmp_path, name="c2", init_from=str(published)), target, records(),
+        TR.Trainer(cfg(tmp_path, name="c2", init_from=str(published)), target, records(),
                   [replace(spec, hyper={**spec.hyper, "num_layers_per_head": 2})])
 
 
@@ -380,16 +374,16 @@ def test_progress_counts_the_runs_a_continued_run_continues(tmp_path, target):
     """Curricula (MoA's staircase mask) see the drafter's whole training: a continued run starts late."""
     published = tmp_path / "assets"
     run(target, cfg(tmp_path, name="first", steps=4, publish=str(published / "toy")))
-    fresh = T.Trainer(cfg(tmp_path, name="fresh", steps=6), target, records(), [toy()])
+    fresh = TR.Trainer(cfg(tmp_path, name="fresh", steps=6), target, records(), [toy()])
     assert fresh._progress(fresh.members[0]) == 0.0
-    cont = T.Trainer(cfg(tmp_path, name="cont", steps=6, init_from=str(published)), target, records(), [toy()])
+    cont = TR.Trainer(cfg(tmp_path, name="cont", steps=6, init_from=str(published)), target, records(), [toy()])
     assert cont._progress(cont.members[0]) == pytest.approx(4 / 10)
     cont.step = 3
     assert cont._progress(cont.members[0]) == pytest.approx(7 / 10)
-    fitting = T.Trainer(cfg(tmp_path, name="auto", steps=T.AUTO_PLACEHOLDER_STEPS, fit_steps=True, time_budget_min=5,
+    fitting = TR.Trainer(cfg(tmp_path, name="auto", steps=TR.AUTO_PLACEHOLDER_STEPS, fit_steps=True, time_budget_min=5,
                             init_from=str(published)), target, records(), [toy()])
-    assert fitting._progress(fitting.members[0]) == pytest.approx(4 / (4 + T.FIT_AFTER_STEPS))  # before the fit
-    fresh_auto = T.Trainer(cfg(tmp_path, name="auto2", steps=T.AUTO_PLACEHOLDER_STEPS, fit_steps=True,
+    assert fitting._progress(fitting.members[0]) == pytest.approx(4 / (4 + TR.FIT_AFTER_STEPS))  # before the fit
+    fresh_auto = TR.Trainer(cfg(tmp_path, name="auto2", steps=TR.AUTO_PLACEHOLDER_STEPS, fit_steps=True,
                                time_budget_min=5), target, records(), [toy()])
     assert fresh_auto._progress(fresh_auto.members[0]) == 0.0
 
@@ -398,13 +392,13 @@ def test_init_from_refuses_other_hyper_parameters_or_a_missing_drafter(tmp_path,
     published = tmp_path / "assets"
     run(target, cfg(tmp_path, name="first", steps=2, eval_every=0, publish=str(published / "toy")))
     with pytest.raises(ValueError, match="noise"):
-        T.Trainer(cfg(tmp_path, name="c", init_from=str(published)), target, records(), [toy(noise=0.3)])
+        TR.Trainer(cfg(tmp_path, name="c", init_from=str(published)), target, records(), [toy(noise=0.3)])
     with pytest.raises(FileNotFoundError, match="other"):
-        T.Trainer(cfg(tmp_path, name="c", init_from=str(published)), target, records(), [toy("other")])
+        TR.Trainer(cfg(tmp_path, name="c", init_from=str(published)), target, records(), [toy("other")])
 
 
 def test_card_points_at_the_committed_recipe_only_for_uncommitted_data():
-    assets = T.COMMITTED_RECIPE.parents[1]
-    assert not T._names_other_recipe(str(T.COMMITTED_RECIPE))
-    assert not T._names_other_recipe(str(assets / "distill_v2" / "recipe.json"))  # committed itself
-    assert T._names_other_recipe(str(assets.parent / "data" / "distill" / "recipe.json"))
+    assets = P.COMMITTED_RECIPE.parents[1]
+    assert not P._names_other_recipe(str(P.COMMITTED_RECIPE))
+    assert not P._names_other_recipe(str(assets / "distill_v2" / "recipe.json"))  # committed itself
+    assert P._names_other_recipe(str(assets.parent / "data" / "distill" / "recipe.json"))

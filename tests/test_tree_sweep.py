@@ -8,7 +8,7 @@ import torch
 
 from analysis import tree_sweep
 from core.target import tiny_target
-from core.training.datagen import load_distill
+from core.training.distill_data import load_distill
 from tests.test_bench import QUESTIONS, chat_ids, decode
 
 

@@ -1,4 +1,4 @@
-"""Client-server speculative decoding: the target on a server, the drafter on a client (DESIGN.md section 5).
+"""Client-server decoding: the target on a server, the drafter on a client (docs/ARCHITECTURE.md, "Client-server").
 
     network.py   the link model (latency, jitter, bandwidth, loss, disconnects) and presets 5g, 4g, wifi, offline
     protocol.py  the binary messages and their sizes (token ids, MoA's LSA vectors, EAGLE-2's features)

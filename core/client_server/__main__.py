@@ -17,10 +17,14 @@ import argparse
 import json
 import sys
 
+from core import cli_checks as checks
 from core.target import add_dtype_argument
 
 from .network import PRESETS, parse_window, preset
 from .protocol import METHODS
+
+DEFAULT_LIMIT_S = 600.0  # simulated runs (virtual seconds)
+DEFAULT_REAL_LIMIT_S = 300.0  # --real (wall-clock seconds)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,8 +45,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the link model (jitter, loss)")
     p.add_argument("--timing", choices=["measured", "model"], default="measured",
                    help="simulation: measured compute times, or the fixed CostModel (reproducible)")
-    p.add_argument("--time-limit", type=float, default=None, help="seconds (virtual, or wall with --real)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads in this process")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help=f"a positive number of seconds (virtual, or wall with --real); default "
+                        f"{DEFAULT_LIMIT_S:g} s, {DEFAULT_REAL_LIMIT_S:g} s with --real")
+    p.add_argument("--threads", type=int, default=1, help="torch threads in this process (at least 1)")
+    p.add_argument("--offline-horizon", type=int, default=None,
+                   help="MoA: most tokens drafted past the last verified one while the link is down "
+                        "(default: the distance the drafter was trained for; 0 = none)")
     p.add_argument("--check", action="store_true", help="also compare with plain greedy decoding")
     p.add_argument("--json", action="store_true", help="print JSON (one object, or a list for --method all)")
     p.add_argument("--trace", default=None, help="write the full runs (trace included) as JSON to this file")
@@ -64,6 +73,32 @@ def parse_serve(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def check_args(args: argparse.Namespace):
+    """Check what the user typed (ValueError: one line naming the bad value); returns the network model."""
+    from core.methods import check_method
+
+    from .models import check_options, check_target_spec
+
+    checks.check_prompt(args.prompt)
+    checks.check_max_new_tokens(args.max_new_tokens)
+    checks.check_int_range(args.threads, "--threads", 1)
+    if args.offline_horizon is not None:
+        checks.check_int_range(args.offline_horizon, "--offline-horizon", 0)
+    checks.check_seconds(args.time_limit, "--time-limit",
+                         f"{DEFAULT_LIMIT_S:g} s simulated, {DEFAULT_REAL_LIMIT_S:g} s with --real")
+    net = preset(args.preset, [parse_window(w) for w in args.disconnect])
+    check_target_spec(args.target)
+    checks.check_drafter_folder(args.drafter)
+    methods = list(METHODS) if args.method == "all" else [args.method]
+    for m in methods:  # a checkpoint folder's config.json, read and checked now
+        check_method(m, args.drafter)
+    args.options = check_options(methods, args.drafter,
+                                 checks.parse_json_object(args.drafter_options, "--drafter-options"))
+    checks.check_output_file(args.trace, "--trace")
+    checks.check_output_file(args.figures, "--figures")
+    return net
+
+
 def prompt_ids(target, text: str) -> list[int]:
     if target.tokenizer is None:  # the tiny test target: characters -> ids, as the app's tiny mode does
         return [2 + ord(c) % (target.vocab_size - 2) for c in text]
@@ -80,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
               a.threads)
         return 0
     args = parse_args(argv)
+    try:  # everything the user typed, before any model loads
+        net = check_args(args)
+    except ValueError as err:
+        return checks.report(err)
     import torch
 
     from core.decoding import generate
@@ -88,14 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     from .models import make_drafter, make_target
     from .sim import CostModel, simulate
 
-    torch.set_num_threads(max(1, args.threads))
+    torch.set_num_threads(args.threads)
+    methods = list(METHODS) if args.method == "all" else [args.method]
+    options = args.options
     try:
-        net = preset(args.preset, [parse_window(w) for w in args.disconnect])
-        options = json.loads(args.drafter_options) if args.drafter_options else {}
         print(f"loading target {args.target} ({args.dtype})...", file=sys.stderr)
-        target = make_target(args.target, args.dtype)
+        try:
+            target = make_target(args.target, args.dtype)
+        except (OSError, ImportError) as err:
+            raise ValueError(f"cannot load --target {args.target}: {checks.one_line(err)}") from None
         ids = prompt_ids(target, args.prompt)
-        methods = list(METHODS) if args.method == "all" else [args.method]
         reference = None
         if args.check:
             reference = generate(target, Autoregressive(), ids, args.max_new_tokens).token_ids
@@ -104,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.real:
             from .loopback import ServerProcess, run_loopback
 
-            limit = args.time_limit or 300.0
+            limit = args.time_limit or DEFAULT_REAL_LIMIT_S
             server = ServerProcess(args.target, "moa" if "moa" in methods else methods[0], args.dtype, args.drafter,
                                    options, max_lifetime=len(methods) * limit + 300.0)
             print("starting the server process...", file=sys.stderr)
@@ -122,30 +163,34 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     timing = CostModel() if args.timing == "model" else "measured"
                     run = simulate(target, m, None if m == "ar" else drafter, ids, net, args.max_new_tokens,
-                                   args.seed, timing, time_limit=args.time_limit or 600.0, note=note)
+                                   args.seed, timing, time_limit=args.time_limit or DEFAULT_LIMIT_S, note=note,
+                                   offline_horizon=args.offline_horizon)
                 runs.append(run)
         finally:
             if server is not None:
                 server.stop()
     except (ValueError, FileNotFoundError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return checks.report(err)
     out = []
     for run in runs:
         s = run.summary()
         if reference is not None:
             s["matches_greedy"] = run.token_ids == reference
         out.append(s)
-    if args.trace:
-        with open(args.trace, "w") as f:
-            json.dump([r.to_dict() for r in runs], f)
-    if args.figures:
-        from .figures import timeline_figure, tokens_figure
+    try:  # the folders were created before the run; a failure now still prints the results below
+        if args.trace:
+            with open(args.trace, "w") as f:
+                json.dump([r.to_dict() for r in runs], f)
+        if args.figures:
+            from .figures import timeline_figure, tokens_figure
 
-        with open(args.figures, "w") as f:
-            f.write(tokens_figure(runs).to_html(include_plotlyjs="cdn", full_html=False))
-            for run in runs:
-                f.write(timeline_figure(run).to_html(include_plotlyjs=False, full_html=False))
+            with open(args.figures, "w") as f:
+                f.write(tokens_figure(runs).to_html(include_plotlyjs="cdn", full_html=False))
+                for run in runs:
+                    f.write(timeline_figure(run).to_html(include_plotlyjs=False, full_html=False))
+        status = 0
+    except OSError as err:
+        status = checks.report(f"could not write {err.filename or 'an output file'}: {err.strerror or err}", 1)
     if args.json:
         print(json.dumps(out[0] if len(out) == 1 else out))
     else:
@@ -156,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"({s['corrected_tokens']} corrected), {s['bytes_up']} B up / {s['bytes_down']} B down"
                   + (f", matches greedy: {s['matches_greedy']}" if "matches_greedy" in s else ""))
             print(s["text"])
-    return 0
+    return status
 
 
 if __name__ == "__main__":

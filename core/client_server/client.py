@@ -117,6 +117,21 @@ def greedy_path(tree: DraftTree) -> list[int]:
     return out
 
 
+def offline_horizon_for(drafter: Drafter, asked: int | None = None) -> int:
+    """How many tokens past the last verified one MoA may draft while the link is down.
+
+    Default: the longest distance it was trained to predict at (`period_max`: in training a
+    prediction sees target activations at most that many positions back); beyond it the chain
+    is out of distribution and drifts. `asked` overrides it (0 = no offline drafting).
+    """
+    trained = int(getattr(getattr(drafter, "config", None), "period_max", 0) or 0)
+    if asked is None:
+        return trained
+    if isinstance(asked, bool) or not isinstance(asked, int) or asked < 0:
+        raise ValueError(f"offline_horizon must be a whole number of tokens >= 0, got {asked!r}")
+    return asked
+
+
 @dataclass
 class Trace:
     """Every compute span and message of a run, in seconds from its start."""
@@ -156,6 +171,8 @@ class RunResult:
     text: str = ""
     note: str = ""
     unverified: list[int] = field(default_factory=list)  # provisional tokens never verified (time limit)
+    offline_horizon: int = 0  # most provisional tokens past the last verified one (MoA; 0 = none)
+    offline_stops: list[dict] = field(default_factory=list)  # where offline drafting stopped and why
 
     @property
     def tokens_per_s(self) -> float:
@@ -172,6 +189,7 @@ class RunResult:
             "bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "stop_reason": self.stop_reason,
             "target_passes": self.target_passes,
             "tau": round(len(self.token_ids) / max(1, self.target_passes), 4), "note": self.note,
+            "offline_horizon": self.offline_horizon, "offline_stops": self.offline_stops,
         }
 
     def to_dict(self) -> dict:
@@ -183,7 +201,8 @@ class Client:
     """One generation on the client. `env` provides time, the link and the transport (see module docstring)."""
 
     def __init__(self, method: str, drafter: Drafter, target: Target, env, prompt_ids: list[int],
-                 max_new_tokens: int = 48, stop_tokens: set[int] | None = None, tli: int = 0) -> None:
+                 max_new_tokens: int = 48, stop_tokens: set[int] | None = None, tli: int = 0,
+                 offline_horizon: int | None = None) -> None:
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
         if not prompt_ids:
@@ -197,6 +216,9 @@ class Client:
         self.tli = tli
         self.wide = token_bytes(target.vocab_size) == 4
         self.offline_capable = method == "moa" and hasattr(drafter, "extend_unverified")
+        self.horizon = offline_horizon_for(drafter, offline_horizon) if self.offline_capable else 0
+        self.offline_stops: list[dict] = []
+        self._stopped_at: tuple[int, int] | None = None  # (verified, provisional) at the last recorded stop
         self.width = row_width(method, target.hidden_size, 2 * target.kv_heads * target.head_dim, tli)
         self.root: int | None = None  # the target's last token, not yet run through it
         self.position = len(self.prompt)  # the root's position
@@ -366,15 +388,25 @@ class Client:
 
     # ----- offline drafting (MoA) --------------------------------------------------------------
     def _can_draft_offline(self) -> bool:
-        if self.provisional and self.provisional[-1] in self.stop:
-            return False
-        if len(self.verified) + len(self.provisional) >= self.max_new:
-            return False
-        return self.position + len(self.provisional) + self._depth() + 2 <= self.target.max_positions
+        reason = ""
+        if len(self.provisional) >= self.horizon:
+            reason = "horizon"  # as far past the last verified token as the drafter was trained to look
+        elif self.provisional and self.provisional[-1] in self.stop:
+            reason = "end_of_turn"
+        elif len(self.verified) + len(self.provisional) >= self.max_new:
+            reason = "max_new_tokens"
+        elif self.position + len(self.provisional) + self._depth() + 2 > self.target.max_positions:
+            reason = "context"
+        where = (len(self.verified), len(self.provisional))
+        if reason and self._stopped_at != where and self.horizon:
+            self._stopped_at = where
+            self.offline_stops.append({"t": round(self.env.now(), 6), "reason": reason,
+                                       "provisional": len(self.provisional), "verified": len(self.verified)})
+        return not reason
 
     def _draft_offline(self) -> None:
         root = self.provisional[-1] if self.provisional else self.root
-        room = self.max_new - len(self.verified) - len(self.provisional)
+        room = min(self.max_new - len(self.verified), self.horizon) - len(self.provisional)
         drafter = self.drafter
 
         def step() -> list[int]:
@@ -401,4 +433,5 @@ class Client:
         self.stop_reason = reason
         return {"token_ids": list(self.verified), "token_info": self.info, "offline_tokens": self.offline_tokens,
                 "corrected_tokens": self.corrected, "confirmed_tokens": self.confirmed,
-                "stop_reason": reason, "target_passes": self.passes, "unverified": list(self.provisional)}
+                "stop_reason": reason, "target_passes": self.passes, "unverified": list(self.provisional),
+                "offline_horizon": self.horizon, "offline_stops": self.offline_stops}

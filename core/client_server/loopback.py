@@ -5,6 +5,10 @@
                                        header X-Compute-S = the server's compute time
                        GET  /health    {"lsa_hash": ...}: the client checks both hold the same LSA weights
                        POST /shutdown
+                     Every request must carry the per-run token (header X-SpecLens-Token) that the
+                     client made up and handed to the server through the environment
+                     (SPECLENS_LOOPBACK_TOKEN), so other local users' processes cannot drive or stop
+                     it (403); a body over MAX_BODY_BYTES is refused (413) without being read.
     client process   the same Client as the simulation (core.client_server.client), with a
                      LoopbackEnv: wall-clock time, messages really sent with urllib.
 
@@ -23,9 +27,11 @@ request, then terminate, then kill). It also exits by itself when its parent die
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import queue
+import secrets
 import signal
 import subprocess
 import sys
@@ -51,13 +57,26 @@ HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.002
 STARTUP_TIMEOUT_S = 180.0
+TOKEN_ENV = "SPECLENS_LOOPBACK_TOKEN"
+TOKEN_HEADER = "X-SpecLens-Token"
+# Largest request body the server reads: a verify message of the largest tree (protocol.MAX_TREE_NODES
+# nodes) is well under 1 MiB, so 4 MiB leaves room and still bounds what a caller can make it buffer.
+MAX_BODY_BYTES = 4 * 2**20
 
 
 # ----- the server process ------------------------------------------------------------------------
 def serve(target_spec: str, dtype: str, method: str, drafter_spec: str | None, drafter_options: str, port: int,
           parent_pid: int | None, max_lifetime: float, threads: int = 1) -> None:
-    """Load the target (and for MoA the drafter's LSA), listen on 127.0.0.1:port, print 'READY <port>'."""
+    """Load the target (and for MoA the drafter's LSA), listen on 127.0.0.1:port, print 'READY <port>'.
+
+    The per-run token comes from the environment (TOKEN_ENV); without one the server does not start.
+    """
     import torch
+
+    token = os.environ.get(TOKEN_ENV, "")
+    if len(token) < 16:
+        raise SystemExit(f"error: the loopback server needs a per-run token of at least 16 characters in "
+                         f"${TOKEN_ENV} (ServerProcess sets it)")
 
     from .models import make_drafter, make_target
 
@@ -83,14 +102,40 @@ def serve(target_spec: str, dtype: str, method: str, drafter_spec: str | None, d
             self.end_headers()
             self.wfile.write(body)
 
+        def _refuse(self, code: int, text: str) -> None:
+            """Answer an error and close the connection (any unread body is dropped with it)."""
+            self.close_connection = True
+            self._send(code, text.encode(), "text/plain", {"Connection": "close"})
+
+        def _authorized(self) -> bool:
+            given = self.headers.get(TOKEN_HEADER, "")
+            if hmac.compare_digest(given.encode(), token.encode()):
+                return True
+            self._refuse(403, "missing or wrong token")
+            return False
+
         def do_GET(self) -> None:
+            if not self._authorized():
+                return
             if self.path == "/health":
                 self._send(200, json.dumps({"lsa_hash": lsa_hash}).encode(), "application/json")
             else:
                 self._send(404, b"not found", "text/plain")
 
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if not self._authorized():
+                return
+            try:
+                length = int(self.headers.get("Content-Length", "0"))
+            except ValueError:
+                length = -1
+            if length < 0:
+                self._refuse(400, "bad Content-Length")
+                return
+            if length > MAX_BODY_BYTES:
+                self._refuse(413, f"request body of {length} bytes is over the limit of {MAX_BODY_BYTES}")
+                return
+            body = self.rfile.read(length)
             if self.path == "/shutdown":
                 self._send(200, b"bye", "text/plain")
                 threading.Thread(target=httpd.shutdown, daemon=True).start()
@@ -100,6 +145,10 @@ def serve(target_spec: str, dtype: str, method: str, drafter_spec: str | None, d
                 return
             try:
                 msg = decode(body)
+            except Exception as err:  # any malformed body is the caller's error, not a server crash
+                self._send(400, f"malformed message: {err}".encode(), "text/plain")
+                return
+            try:
                 with lock:
                     t0 = time.perf_counter()
                     reply = server.handle(msg)
@@ -141,13 +190,14 @@ class ServerProcess:
         if drafter_spec is not None:
             self.cmd += ["--drafter", drafter_spec]
         self.startup_timeout = startup_timeout
+        self.token = secrets.token_urlsafe(32)  # per run; the child reads it from its environment
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.lsa_hash = ""
 
     def __enter__(self) -> ServerProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               "OMP_NUM_THREADS": "1"}
+               "OMP_NUM_THREADS": "1", TOKEN_ENV: self.token}
         self.log = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(self.cmd, cwd=str(ROOT), env=env, stdout=subprocess.PIPE,
@@ -173,12 +223,16 @@ class ServerProcess:
                     break
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("the loopback server did not start: " + self._log_tail())
-            with urllib.request.urlopen(self.url + "/health", timeout=10) as r:
+            with urllib.request.urlopen(self.request("/health"), timeout=10) as r:
                 self.lsa_hash = json.loads(r.read())["lsa_hash"]
         except BaseException:
             self.stop()
             raise
         return self
+
+    def request(self, path: str, data: bytes | None = None, **headers: str) -> urllib.request.Request:
+        """A request to this server, carrying the run's token."""
+        return authorized_request(self.url + path, self.token, data, headers)
 
     def _log_tail(self) -> str:
         self.log.seek(0)
@@ -194,8 +248,7 @@ class ServerProcess:
         try:
             if proc.poll() is None and self.url:
                 try:
-                    urllib.request.urlopen(urllib.request.Request(self.url + "/shutdown", data=b"", method="POST"),
-                                           timeout=2).read()
+                    urllib.request.urlopen(self.request("/shutdown", b""), timeout=2).read()
                 except (urllib.error.URLError, OSError):
                     pass
                 try:
@@ -218,6 +271,13 @@ class ServerProcess:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
+
+
+def authorized_request(url: str, token: str, data: bytes | None = None,
+                       headers: dict[str, str] | None = None) -> urllib.request.Request:
+    """A GET (data None) or POST request carrying the loopback server's per-run token."""
+    return urllib.request.Request(url, data=data, method="GET" if data is None else "POST",
+                                  headers={**(headers or {}), TOKEN_HEADER: token})
 
 
 # ----- the client's environment ------------------------------------------------------------------
@@ -255,8 +315,8 @@ class LoopbackEnv:
     mode = "loopback"
 
     def __init__(self, url: str, net: NetworkModel, method: str, wide: bool = False, seed: int = 0,
-                 time_limit: float = 120.0, control: LinkControl | None = None) -> None:
-        self.url, self.net, self.method, self.wide = url, net, method, wide
+                 time_limit: float = 120.0, control: LinkControl | None = None, token: str = "") -> None:
+        self.url, self.net, self.method, self.wide, self.token = url, net, method, wide, token
         self.link = Link(net, seed)  # only for the per-message durations (one_try); the schedule is `control`'s
         self.control = control or LinkControl(net.disconnects)
         self.control.windows = list(net.disconnects)
@@ -321,8 +381,8 @@ class LoopbackEnv:
         try:
             seq = pending.request.seq
             self._carry(data, True, seq, kind, describe(pending.request))
-            req = urllib.request.Request(self.url + "/rpc", data=data, method="POST",
-                                         headers={"Content-Type": "application/octet-stream"})
+            req = authorized_request(self.url + "/rpc", self.token, data,
+                                     {"Content-Type": "application/octet-stream"})
             try:
                 with urllib.request.urlopen(req, timeout=max(5.0, self.time_limit)) as r:
                     rdata = r.read()
@@ -397,7 +457,7 @@ def run_loopback(target_spec: str, method: str, prompt_ids: Sequence[int], net: 
                 raise RuntimeError("the server's MoA LSA weights differ from this process's drafter (or it has "
                                    "none: start it with method moa); give both the same --drafter")
             env = LoopbackEnv(proc.url, net, method, token_bytes(target.vocab_size) == 4, seed, time_limit,
-                              control)
+                              control, token=proc.token)
             client = Client(method, client_drafter, target, env, list(prompt_ids), max_new_tokens, stop_tokens,
                             tli)
             if on_start is not None:

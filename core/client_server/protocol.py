@@ -13,7 +13,7 @@ Token ids take 2 bytes (u16) when the vocabulary fits (SmolLM2's 49,152 does), e
 the flag TOK32 says which. Tree parents are u16 (index + 1, 0 = the root); a chain sends none.
 
 Payload rows, one per verified token (the root and the accepted drafts; every prompt token
-in the prefill), bfloat16, depend on the method (DESIGN.md section 5):
+in the prefill), bfloat16, depend on the method (docs/ARCHITECTURE.md, "Client-server"):
     ar      nothing: plain decoding over an API only needs the next token
     eagle2  the target's last hidden state (the feature EAGLE-2 fuses with the next token): H values
     moa     the projected LSA vector (LSA runs on the server, where the per-layer keys/values are;

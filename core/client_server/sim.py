@@ -40,7 +40,7 @@ DEFAULT_TIME_LIMIT = 600.0  # virtual seconds: a run that is still going then st
 class CostModel:
     """Fixed compute costs in seconds (deterministic runs and tests).
 
-    Defaults follow DESIGN.md section 1's bfloat16 CPU table for SmolLM2-135M (one pass:
+    Defaults follow the bfloat16 CPU table of docs/ARCHITECTURE.md, "Target runtime" for SmolLM2-135M (one pass:
     50 ms for 1 new token, 62 ms for 32, 81 ms for 64, so about 49 ms + 0.5 ms a token) and a
     few milliseconds per drafter level; `from_events` fits them to a real decode instead.
     """
@@ -187,23 +187,26 @@ def finish(result: dict, env, method: str, net: NetworkModel, prompt_ids: list[i
         virtual_time_s=last, server_calls=env.calls, retransmissions=env.retransmissions,
         bytes_up=env.bytes_up, bytes_down=env.bytes_down, stop_reason=result["stop_reason"],
         target_passes=result["target_passes"], trace=env.trace, text=text, note=note,
-        unverified=result["unverified"])
+        unverified=result["unverified"], offline_horizon=result.get("offline_horizon", 0),
+        offline_stops=result.get("offline_stops", []))
 
 
 def simulate(target: Target, method: str, drafter: Drafter | None, prompt_ids: Sequence[int], net: NetworkModel,
              max_new_tokens: int = 48, seed: int = 0, timing: str | CostModel = "measured",
              stop_tokens: set[int] | None = None, time_limit: float = DEFAULT_TIME_LIMIT, tli: int | None = None,
-             note: str = "") -> RunResult:
+             note: str = "", offline_horizon: int | None = None) -> RunResult:
     """One client-server generation on the virtual clock (see the module docstring).
 
     drafter: the method's drafter (None for "ar"); for MoA its LSA module serves on the server
     for the duration of the run. tli: MoA's TLI N (read from the drafter's config by default).
+    offline_horizon: MoA's offline drafting limit in tokens (default: the trained one; client.offline_horizon_for).
     """
     if tli is None:
         tli = int(getattr(getattr(drafter, "config", None), "tli", 0) or 0) if method == "moa" else 0
     with client_side(method, drafter, target) as (client_drafter, lsa):
         server = Server(target, lsa)
         env = VirtualEnv(server, net, method, token_bytes(target.vocab_size) == 4, seed, timing, time_limit)
-        client = Client(method, client_drafter, target, env, list(prompt_ids), max_new_tokens, stop_tokens, tli)
+        client = Client(method, client_drafter, target, env, list(prompt_ids), max_new_tokens, stop_tokens, tli,
+                        offline_horizon)
         out = client.run()
     return finish(out, env, method, net, list(prompt_ids), target, note)

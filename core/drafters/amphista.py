@@ -1,4 +1,4 @@
-"""Amphista: staged adaptation + a bidirectional auto-embedding block over Medusa heads (DESIGN.md section 7).
+"""Amphista: staged adaptation + bidirectional auto-embedding over Medusa heads (docs/ARCHITECTURE.md, "Amphista").
 
 Amphista was published without code; this is our reading of the paper.
 
@@ -42,11 +42,18 @@ from typing import Any
 import torch
 
 from core.drafters.base import TargetNeeds, Verified
-from core.drafters.checkpoint import DrafterConfig, TrainBatch, TrainedDrafter
-from core.drafters.medusa import ResBlock, deepen_heads, multi_head_loss, perturb
 from core.drafters.static_tree import StaticTreeMixin
+from core.drafters.trained import (
+    DrafterConfig,
+    ResBlock,
+    TrainBatch,
+    TrainedDrafter,
+    deepen_heads,
+    multi_head_loss,
+    perturb,
+)
 from core.kv_cache import KVCache
-from core.target import Target, decoder_layer
+from core.target import FusedLayer, Target, decoder_layer, fused_copy, run_layer
 from core.tree import DraftTree
 
 
@@ -100,6 +107,10 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         self._init_vocab_and_tree(target)
         self.cache: KVCache | None = None
         self.stage_out: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._fused: tuple[FusedLayer, FusedLayer, FusedLayer] | None = None  # inference: rebuilt by begin()
+        self._auto_rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self.tree_auto = True  # tree size sized for this machine (StaticTreeMixin.resolve_auto_static_tree)
+        self.tree_choice: dict | None = None
 
     @classmethod
     def random(cls, target: Target, seed: int = 0, noise: float = 0.5, **hyper: Any) -> AmphistaDrafter:
@@ -155,6 +166,13 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
     # ----- decoding ----------------------------------------------------------------------
     def begin(self, target: Target, prefill: Verified) -> None:
         super().begin(target, prefill)
+        self.resolve_auto_static_tree(target)
+        # inference copies of the three decoder layers (training in between is picked up here), and the
+        # auto-embedding block's constant no-rotation cos/sin and full mask, made once per conversation
+        self._fused = (fused_copy(self.stage1), fused_copy(self.stage2), fused_copy(self.auto_embedding))
+        k = self.config.num_heads
+        cos = torch.ones(1, k, self.head_dim, dtype=self.dtype, device=target.device)
+        self._auto_rope = (cos, torch.zeros_like(cos), torch.ones(1, 1, k, k, dtype=torch.bool, device=cos.device))
         n = len(prefill.tokens)
         self.cache = KVCache(2, target.kv_heads, self.head_dim, n + 256, 1, self.dtype, target.device)
         self._advance(prefill)
@@ -173,12 +191,33 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         features = step.hidden[self.config.n_target_layers][None]
         nxt = torch.tensor(list(step.tokens[1:]) + [step.bonus], dtype=torch.long, device=dev)[None]
         pos = torch.arange(step.start_position, step.start_position + nxt.shape[1], device=dev)[None]
-        s1, s2 = self.adapt(features, nxt, pos, cache=self.cache)
+        if self._fused is None:
+            s1, s2 = self.adapt(features, nxt, pos, cache=self.cache)
+        else:  # the same computation as adapt(), on the fused inference copies
+            tgt = self.target
+            emb = tgt.embed_tokens(nxt).to(self.dtype)
+            x = self.fuse(torch.cat([self.to_drafter_units(features.to(self.dtype)), emb], dim=-1))
+            cos, sin = tgt.rope(pos)
+            if cos.dtype != self.dtype:
+                cos, sin = cos.to(self.dtype), sin.to(self.dtype)
+            s1, _ = run_layer(self._fused[0], x, cos, sin, None, self.cache, 0, tgt.n_heads, tgt.kv_heads,
+                              self.head_dim)
+            s2, _ = run_layer(self._fused[1], s1, cos, sin, None, self.cache, 1, tgt.n_heads, tgt.kv_heads,
+                              self.head_dim)
+            self.cache.commit(x.shape[1])
         self.stage_out = (s1[0, -1], s2[0, -1])
 
     @torch.no_grad()
     def draft(self, root: int) -> DraftTree:
-        z = self.auto_embed(self.head_states(*self.stage_out))
+        states = self.head_states(*self.stage_out)
+        if self._fused is None:
+            z = self.auto_embed(states)
+        else:  # auto_embed() on the fused copy, with its constant cos/sin/mask made once in begin()
+            tgt = self.target
+            cos, sin, full = self._auto_rope
+            x = states.reshape(1, *states.shape[-2:]) + self.head_pos
+            y, _ = run_layer(self._fused[2], x, cos, sin, full, None, 0, tgt.n_heads, tgt.kv_heads, self.head_dim)
+            z = self.to_target_units(y.reshape(states.shape))
         return self.tree_from_logits(self.lm_logits(z))
 
     # ----- training ----------------------------------------------------------------------

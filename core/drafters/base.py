@@ -1,6 +1,6 @@
 """The interface every drafter implements, and what the decode loop tells it.
 
-A drafting cycle (DESIGN.md section 2):
+A drafting cycle (docs/ARCHITECTURE.md, "Decode loop"):
 
 1. `begin(target, prompt_ids, prefill)` once, after the target has read the prompt.
 2. `draft(root_token)` proposes a `DraftTree` hanging off the root (the last

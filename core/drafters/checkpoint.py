@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -54,12 +57,69 @@ class DrafterConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> DrafterConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - names
-        if unknown:
-            raise CorruptCheckpointError(f"config.json has fields {sorted(unknown)} that {cls.__name__} lacks")
+    def from_json(cls, data: Any, where: str = "config.json") -> DrafterConfig:
+        """The config from a checkpoint's `config` object, checked against this dataclass: every field
+        known and of the declared type, the target's fields (TARGET_FIELDS) present; hyper-parameters
+        a checkpoint lacks keep their defaults. CorruptCheckpointError names `where` and the field."""
+        if not isinstance(data, dict):
+            raise CorruptCheckpointError(f"{where}: 'config' must be a JSON object, got {json_kind(data)}")
+        check_fields(cls, data, where, required=TARGET_FIELDS)
         return cls(**data)
+
+
+def json_kind(value: Any) -> str:
+    """How JSON calls the type of `value` ("an array", "a string", ...)."""
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number",
+             float: "a number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _type_name(hint: Any) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a dataclass field's type (int is accepted where a float is declared)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list) and all(_matches(v, args[0]) for v in value) if args else isinstance(value, list)
+    if origin is dict:
+        return isinstance(value, dict) and (not args or all(_matches(v, args[1]) for v in value.values()))
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    return True  # a type JSON cannot state: not checked
+
+
+def check_fields(cls: type, data: dict, where: str, required: Sequence[str] = ()) -> None:
+    """Raise CorruptCheckpointError unless `data` (JSON) fits dataclass `cls`: no unknown field, the
+    `required` ones present, each value of its declared type."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise CorruptCheckpointError(f"{where}: unknown field(s) {', '.join(unknown)} for {cls.__name__}; "
+                                     f"its fields are {', '.join(names)}")
+    missing = [n for n in required if n not in data]
+    if missing:
+        raise CorruptCheckpointError(f"{where}: missing field(s) {', '.join(missing)} that {cls.__name__} needs")
+    for name, value in data.items():
+        if not _matches(value, hints.get(name, Any)):
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise CorruptCheckpointError(f"{where}: field {name!r} must be {_type_name(hints[name])}, "
+                                         f"got {shown} ({json_kind(value)})")
 
 
 # DrafterConfig fields filled from the loaded target, never set as hyper-parameters
@@ -144,21 +204,45 @@ class TrainedDrafter(torch.nn.Module, Drafter):
         (folder / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     @classmethod
+    def read_config(cls, folder: str | Path) -> tuple[dict, DrafterConfig]:
+        """A checkpoint folder's config.json, checked (needs no target: command lines call it before
+        loading one): (the whole file, the config). FileNotFoundError / CorruptCheckpointError /
+        DrafterMismatchError name the file and what is wrong."""
+        folder = Path(folder)
+        path = folder / "config.json"
+        if not path.is_file() or not (folder / "model.safetensors").is_file():
+            raise FileNotFoundError(f"{folder} is not a drafter checkpoint (needs config.json and model.safetensors)")
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise CorruptCheckpointError(f"{path} is not valid JSON: {err}") from err
+        if not isinstance(meta, dict):
+            raise CorruptCheckpointError(f"{path} must hold a JSON object with 'method' and 'config', "
+                                         f"got {json_kind(meta)}")
+        missing = [k for k in ("method", "config") if k not in meta]
+        if missing:
+            raise CorruptCheckpointError(f"{path}: missing field(s) {', '.join(missing)} (a checkpoint's "
+                                         f"config.json holds 'format_version', 'method' and 'config')")
+        if meta.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
+            raise CorruptCheckpointError(f"{path}: format_version {meta['format_version']!r} is not the one "
+                                         f"this code reads ({FORMAT_VERSION})")
+        if meta["method"] != cls.name:
+            raise DrafterMismatchError(f"{folder} holds a {meta['method']!r} drafter, not {cls.name!r}")
+        return meta, cls.config_class.from_json(meta["config"], where=f"{path} 'config'")
+
+    @classmethod
     def from_pretrained(cls, folder: str | Path, target: Target) -> TrainedDrafter:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         folder = Path(folder)
-        if not (folder / "config.json").is_file() or not (folder / "model.safetensors").is_file():
-            raise FileNotFoundError(f"{folder} is not a drafter checkpoint (needs config.json and model.safetensors)")
+        path = folder / "config.json"
+        meta, cfg = cls.read_config(folder)
         try:
-            meta = json.loads((folder / "config.json").read_text())
-        except json.JSONDecodeError as err:
-            raise CorruptCheckpointError(f"{folder / 'config.json'} is not valid JSON: {err}") from err
-        if meta.get("method") != cls.name:
-            raise DrafterMismatchError(f"{folder} holds a {meta.get('method')!r} drafter, not {cls.name!r}")
-        cfg = cls.config_class.from_json(meta["config"])
-        model = cls(cfg, target)
+            model = cls(cfg, target)
+        except (ValueError, RuntimeError, TypeError, ZeroDivisionError) as err:  # e.g. a negative or zero size
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise CorruptCheckpointError(f"{path}: its config cannot build a {cls.name} drafter ({first})") from None
         model.check_target(target)
         try:
             state = load_file(str(folder / "model.safetensors"))

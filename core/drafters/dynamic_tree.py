@@ -1,4 +1,4 @@
-"""EAGLE-2's dynamic draft tree (DESIGN.md section 4), shared by the EAGLE-2 and MoA drafters.
+"""EAGLE-2's dynamic draft tree (docs/ARCHITECTURE.md, "Draft trees"), shared by the EAGLE-2 and MoA drafters.
 
 The tree grows level by level from the root, guided by the drafter's own
 confidence, measured as the cumulative log-probability of a node's path:
@@ -107,9 +107,9 @@ def build_dynamic_tree(
         v, i = v[:, :DRAFT_TOP], i[:, :DRAFT_TOP]
         return [[[t, p] for t, p in zip(tr, pr)] for tr, pr in zip(ids(i).tolist(), v.exp().tolist())]
 
-    def add(tok: torch.Tensor, lp: torch.Tensor, parent: int, base: float, level: int) -> list[int]:
+    def add(toks: list[int], lps: list[float], parent: int, base: float, level: int) -> list[int]:
         start = len(tokens)
-        for t, v in zip(ids(tok).tolist(), lp.double().tolist()):
+        for t, v in zip(toks, lps):
             tokens.append(t)
             parents.append(parent)
             logps.append(v)
@@ -122,7 +122,7 @@ def build_dynamic_tree(
     if record_top:
         tops[-1] = top_rows(top_lp[None], top_tok[None])[0]
     top_lp, top_tok = top_lp[:k], top_tok[:k]
-    frontier = add(top_tok, top_lp, -1, 0.0, 1)
+    frontier = add(ids(top_tok).tolist(), top_lp.double().tolist(), -1, 0.0, 1)
     for level in range(2, depth + 1):
         first = len(slot_rows)
         for c in frontier:
@@ -132,10 +132,8 @@ def build_dynamic_tree(
             slot_of[c] = len(slot_rows)
             slot_rows.append(row + [True])
         n_slots = len(slot_rows)
-        mask = torch.zeros(len(frontier), n_slots, dtype=torch.bool)
-        for i, c in enumerate(frontier):
-            row = slot_rows[slot_of[c]]
-            mask[i, : len(row)] = torch.tensor(row)
+        mask = torch.tensor([slot_rows[slot_of[c]] + [False] * (n_slots - len(slot_rows[slot_of[c]]))
+                             for c in frontier], dtype=torch.bool)  # one tensor per level, not one per node
         batch = Expansion(
             tokens=torch.tensor([tokens[c] for c in frontier], dtype=torch.long),
             depths=torch.tensor([levels[c] for c in frontier], dtype=torch.long),
@@ -149,9 +147,10 @@ def build_dynamic_tree(
         if record_top:
             tops.update(zip(frontier, top_rows(lp, tok)))
         lp, tok = lp[:, :kk], tok[:, :kk]  # [m, kk]
+        tok_rows, lp_rows = ids(tok).tolist(), lp.double().tolist()  # two conversions per level, not per node
         new: list[int] = []
         for i, c in enumerate(frontier):
-            new += add(tok[i], lp[i], c, scores[c], level)
+            new += add(tok_rows[i], lp_rows[i], c, scores[c], level)
         # next frontier: the best top_k new candidates (ties: earlier candidate first)
         new.sort(key=lambda c: (-scores[c], c))
         frontier = new[:top_k]

@@ -1,4 +1,4 @@
-"""EAGLE-2 drafter: the baseline MoA is compared against (DESIGN.md section 4).
+"""EAGLE-2 drafter: the baseline MoA is compared against (docs/ARCHITECTURE.md, "EAGLE-2").
 
     pair t = (feature_t, token_{t+1})      feature_t = target's last hidden state (pre-norm) at t
     x      = fc(concat(embed(token_{t+1}), feature_t))
@@ -20,23 +20,18 @@ covers only that many frequent tokens (core.drafters.draft_vocab; the trainer se
 them): the final norm + LM head rows of those tokens. Training's soft target is then
 the target's distribution renormalised over the same tokens.
 
-Also home of the distillation loss helpers MoA reuses (`distill_terms`, `rope_kv`).
+The distillation loss helpers it shares with MoA live in core.drafters.trained.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from core.drafters.base import TargetNeeds, Verified
-from core.drafters.checkpoint import TARGET_FIELDS, DrafterConfig, TrainBatch, TrainedDrafter
 from core.drafters.draft_vocab import DraftVocab
 from core.drafters.dynamic_tree import (
     DEFAULT_DEPTH,
@@ -44,120 +39,25 @@ from core.drafters.dynamic_tree import (
     DEFAULT_TOTAL_TOKENS,
     Expansion,
     build_dynamic_tree,
-    check_tree_settings,
+)
+from core.drafters.trained import (
+    DrafterConfig,
+    TrainBatch,
+    TrainedDrafter,
+    apply_tree_options,
+    check_draft_vocab_size,
+    check_hyper,
+    distill_terms,
+    layer_config,
+    resolve_auto_tree,
+    rope_kv,
+    target_tokens_in_vocab,
+    top1,
+    weighted_mean,
 )
 from core.kv_cache import KVCache
-from core.target import Target, decoder_layer
+from core.target import FusedLayer, Target, decoder_layer, fused_copy, run_layer
 from core.tree import DraftTree
-
-TREE_OPTIONS = ("depth", "top_k", "total_tokens")
-
-
-# ----- helpers shared with MoA ------------------------------------------------------------------
-def layer_config(target: Target):
-    """A one-layer copy of the target's Llama config: the shape of the drafter's own decoder layers."""
-    cfg = copy.deepcopy(target.config)
-    cfg.num_hidden_layers = 1
-    return cfg
-
-
-def rope_kv(kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_heads: int,
-            head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Flat pre-RoPE keys+values [B, T, 2 * kv_heads * head_dim] -> (roped keys, values), each [B, kv_heads, T, D]."""
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-    b, t, _ = kv.shape
-    width = kv_heads * head_dim
-    k = kv[..., :width].reshape(b, t, kv_heads, head_dim).transpose(1, 2)
-    v = kv[..., width:].reshape(b, t, kv_heads, head_dim).transpose(1, 2)
-    _, k = apply_rotary_pos_emb(k, k, cos.to(k.dtype), sin.to(k.dtype))
-    return k, v
-
-
-def _ce_rows(pred: torch.Tensor, true: torch.Tensor, vocab: DraftVocab) -> tuple[torch.Tensor, ...]:
-    dtype = vocab.target_ref[0].dtype
-    with torch.no_grad():
-        t_logits = vocab.logits(true.to(dtype))
-        p = torch.softmax(t_logits, dim=-1)
-        t_top = t_logits.argmax(-1)
-    logq = torch.log_softmax(vocab.logits(pred.to(dtype)), dim=-1)
-    return -(p * logq).sum(-1), logq.argmax(-1), t_top
-
-
-def distill_terms(vocab: DraftVocab, pred: torch.Tensor, true: torch.Tensor,
-                  chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cross-entropy of the drafter's distribution against the target's, per row, in chunks.
-
-    Both distributions are over the drafting vocabulary (the target's renormalised there).
-    pred, true: [M, H] pre-norm features (drafter's and target's). Returns (ce [M] with grad,
-    drafter top-1 [M], target top-1 within the drafting vocabulary [M]), the top-1s as token ids.
-    Each chunk is checkpointed, so only one chunk's vocabulary-sized tensors are alive at a time,
-    in the forward and in the backward pass.
-    """
-    ces, d_top, t_top = [], [], []
-    true = true.detach()
-    fn = partial(_ce_rows, vocab=vocab)
-    for s in range(0, pred.shape[0], chunk):
-        p, t = pred[s: s + chunk], true[s: s + chunk]
-        if torch.is_grad_enabled() and p.requires_grad:
-            c, d, tt = checkpoint(fn, p, t, use_reentrant=False)
-        else:
-            c, d, tt = fn(p, t)
-        ces.append(c)
-        d_top.append(d)
-        t_top.append(tt)
-    if not ces:
-        z = pred.new_zeros(0)
-        return z.float(), z.long(), z.long()
-    return torch.cat(ces), vocab.to_token_ids(torch.cat(d_top)), vocab.to_token_ids(torch.cat(t_top))
-
-
-@torch.no_grad()
-def top1(vocab: DraftVocab, feats: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-    """Token id of the argmax of the drafting-vocabulary logits per row, in chunks."""
-    dtype = vocab.target_ref[0].dtype
-    out = [vocab.logits(feats[s: s + chunk].to(dtype)).argmax(-1) for s in range(0, feats.shape[0], chunk)]
-    return vocab.to_token_ids(torch.cat(out)) if out else feats.new_zeros(0, dtype=torch.long)
-
-
-def target_tokens_in_vocab(vocab: DraftVocab, t_top: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
-    """The target's top-1 for accuracy metrics, -1 (a certain miss) where it lies outside the drafting vocabulary.
-
-    t_top is the target's top-1 *within* the drafting vocabulary (its full-vocabulary logits are never
-    computed, to keep training cheap); next_ids, the data's next tokens, stand in for its full top-1 when
-    deciding whether that lies outside: exact on greedy self-distilled answers, where they are the same.
-    """
-    if vocab.full:
-        return t_top
-    return torch.where(vocab.to_index(next_ids) >= 0, t_top, torch.full_like(t_top, -1))
-
-
-def check_draft_vocab_size(size: int, target: Target) -> None:
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= target.vocab_size:
-        raise ValueError(f"draft_vocab_size must be an integer in [0, {target.vocab_size}], got {size!r}")
-
-
-def weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return (x * w).sum() / w.sum().clamp_min(1e-6)
-
-
-def check_hyper(config_class: type[DrafterConfig], method: str, hyper: dict) -> None:
-    """Raise a ValueError naming the unknown hyper-parameters (the dataclass would raise a TypeError)."""
-    allowed = {f.name for f in dataclasses.fields(config_class)} - set(TARGET_FIELDS)
-    unknown = sorted(set(hyper) - allowed)
-    if unknown:
-        raise ValueError(f"{method} has no option {', '.join(unknown)}; options: {', '.join(sorted(allowed))}")
-
-
-def apply_tree_options(drafter: TrainedDrafter, opts: dict) -> None:
-    """Validate and set depth / top_k / total_tokens on a tree drafter's config."""
-    unknown = sorted(set(opts) - set(TREE_OPTIONS))
-    if unknown:
-        raise ValueError(f"{drafter.name} has no option {', '.join(unknown)}; options: {', '.join(TREE_OPTIONS)}")
-    settings = {k: opts.get(k, getattr(drafter.config, k)) for k in TREE_OPTIONS}
-    check_tree_settings(**settings)
-    for k, v in settings.items():
-        setattr(drafter.config, k, v)
 
 
 # ----- the drafter ------------------------------------------------------------------------------
@@ -193,6 +93,9 @@ class Eagle2Drafter(TrainedDrafter):
         self.needs = TargetNeeds(hidden_layers=(config.n_target_layers,))
         self.train_needs = self.needs
         self.cache: KVCache | None = None
+        self._fused: FusedLayer | None = None  # the layer's weights stacked for inference, rebuilt by begin()
+        self.tree_auto = True  # depth / total_tokens sized for this machine (trained.resolve_auto_tree)
+        self.tree_choice: dict | None = None
 
     @classmethod
     def random(cls, target: Target, seed: int = 0, **hyper: Any) -> Eagle2Drafter:
@@ -200,7 +103,7 @@ class Eagle2Drafter(TrainedDrafter):
         return super().random(target, seed, **hyper)
 
     def set_options(self, **opts: Any) -> None:
-        """Tree settings: depth, top_k, total_tokens."""
+        """Tree settings: depth, top_k, total_tokens ("auto" for depth / total_tokens: sized for this machine)."""
         apply_tree_options(self, opts)
 
     # ----- compute -----------------------------------------------------------------------------
@@ -217,8 +120,14 @@ class Eagle2Drafter(TrainedDrafter):
         """Pairs [1, T] through the layer on top of the cache (mask None = causal, whole prefix visible)."""
         x = self._fuse(feats, tokens)
         cos, sin = self.target.rope(positions)
-        out, _ = decoder_layer(self.layer, x, cos.to(x.dtype), sin.to(x.dtype), mask, self.cache, 0,
-                               self.target.head_dim)
+        if cos.dtype != x.dtype:
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        tgt = self.target
+        if self._fused is not None:
+            out, _ = run_layer(self._fused, x, cos, sin, mask, self.cache, 0, tgt.n_heads, tgt.kv_heads,
+                               tgt.head_dim)
+        else:
+            out, _ = decoder_layer(self.layer, x, cos, sin, mask, self.cache, 0, tgt.head_dim)
         self.cache.commit(tokens.shape[1])
         return self.to_target_units(out)
 
@@ -230,6 +139,8 @@ class Eagle2Drafter(TrainedDrafter):
     @torch.no_grad()
     def begin(self, target: Target, prefill: Verified) -> None:
         super().begin(target, prefill)
+        resolve_auto_tree(self, target)
+        self._fused = fused_copy(self.layer)  # weights may have changed (training) since the last conversation
         self.cache = KVCache(1, target.kv_heads, target.head_dim, len(prefill.tokens) + 256, dtype=self._dtype,
                              device=target.device)
         self._absorb(prefill)

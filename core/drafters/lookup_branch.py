@@ -29,11 +29,6 @@ SUFFIX = "+lookup"
 LOOKUP_TOKENS = 6  # longest grafted chain: each extra node costs verify time
 
 
-def base_method(method: str) -> str:
-    """'eagle2+lookup' -> 'eagle2' (the drafter a lookup-branch method wraps); other names unchanged."""
-    return method.removesuffix(SUFFIX)
-
-
 def merge_chain(tree: DraftTree, chain: list[int]) -> tuple[DraftTree, int]:
     """`tree` with `chain` grafted under the root (shared prefix reused); returns (tree, nodes added)."""
     children = tree.children()

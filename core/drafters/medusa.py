@@ -1,4 +1,4 @@
-"""Medusa-1: K residual heads on the target's last hidden state, verified as a static tree (DESIGN.md section 6).
+"""Medusa-1: K residual heads on the target's last feature, verified as a static tree (docs/ARCHITECTURE.md, "Medusa").
 
 The target's feature at the last verified position t (hidden[L], before the
 final norm) already predicts token t+1 through the LM head: that is the root
@@ -8,7 +8,7 @@ feature to a state from which the LM head predicts token t+2+i:
     state_i = ResBlock_i^n(feature),  ResBlock(x) = x + SiLU(W x + b)
     logits_i = LM_head(final_norm(state_i))
 
-Choices and deviations, named as DESIGN.md asks:
+Choices and deviations (docs/ARCHITECTURE.md, "Medusa"):
 
 * The vocabulary projection is the target's frozen final norm + LM head,
   shared by every head. Medusa-1 gives each head its own (trainable) copy of
@@ -33,128 +33,24 @@ Choices and deviations, named as DESIGN.md asks:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from core.drafters.base import TargetNeeds, Verified
-from core.drafters.checkpoint import DrafterConfig, TrainBatch, TrainedDrafter
 from core.drafters.static_tree import StaticTreeMixin
+from core.drafters.trained import (
+    DrafterConfig,
+    ResBlock,
+    TrainBatch,
+    TrainedDrafter,
+    deepen_heads,
+    multi_head_loss,
+    perturb,
+)
 from core.target import Target
 from core.tree import DraftTree
-
-LOSS_DECAY = 0.8
-TOPK_METRICS = 10
-LOSS_CHUNK = 1024  # rows per vocabulary-sized logits chunk in training
-
-
-class ResBlock(torch.nn.Module):
-    """x + SiLU(W x + b), W and b zero-initialised: starts as the identity."""
-
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(hidden, hidden)
-        torch.nn.init.zeros_(self.linear.weight)
-        torch.nn.init.zeros_(self.linear.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + F.silu(self.linear(x))
-
-
-@torch.no_grad()
-def perturb(params: list[torch.Tensor], noise: float, seed: int) -> None:
-    """Add N(0, (noise / sqrt(fan_in))^2) to each tensor (fan_in = last dim), from a seeded generator."""
-    gen = torch.Generator().manual_seed(seed)
-    for p in params:
-        std = noise / math.sqrt(p.shape[-1])
-        p.add_((torch.randn(p.shape, generator=gen) * std).to(device=p.device, dtype=p.dtype))
-
-
-def deepen_heads(drafter: TrainedDrafter, num_layers_per_head: int | None) -> None:
-    """Deepen every head of a Medusa-style drafter (`heads`: K sequences of ResBlocks) to
-    `num_layers_per_head` blocks. The new blocks are zero-initialised, so each head still computes what it
-    did (x + SiLU(0) = x) and a continued run starts where the drafter was."""
-    have = drafter.config.num_layers_per_head
-    if num_layers_per_head is None or num_layers_per_head == have:
-        return
-    if num_layers_per_head < have:
-        raise ValueError(f"{drafter.name} can only deepen its heads ({have} -> {num_layers_per_head} asked)")
-    like = drafter.heads[0][0].linear.weight
-    for blocks in drafter.heads:
-        for _ in range(num_layers_per_head - have):
-            blocks.append(ResBlock(drafter.config.hidden_size).to(device=like.device, dtype=like.dtype))
-    drafter.config.num_layers_per_head = num_layers_per_head
-
-
-def _ce_chunk(logits_fn, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """y: indices into the logits, -1 for a label outside the drafting vocabulary (no loss, rank = V)."""
-    logits = logits_fn(x)
-    loss = F.cross_entropy(logits, y, reduction="sum", ignore_index=-1)
-    with torch.no_grad():  # rank of the right token: how many tokens score strictly higher
-        rank = (logits > logits.gather(1, y.clamp_min(0)[:, None])).sum(1)
-        rank = torch.where(y >= 0, rank, logits.shape[-1])
-    return loss, rank
-
-
-def multi_head_loss(
-    states: torch.Tensor,
-    batch: TrainBatch,
-    logits_fn,
-    to_index=None,
-    decay: float = LOSS_DECAY,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Per-head cross-entropy of K head states against the target's greedy tokens 2+i ahead, weighted decay^i.
-
-    states: [B, T', K, H], head i's state at positions 0..T'-1 (T' <= T). logits_fn maps
-    states to logits over the drafting vocabulary; to_index maps token ids to its indices
-    (-1 outside it; None = identity, the full vocabulary). Out-of-vocabulary labels add no
-    loss (the CE is the mean over the others) but count as misses in the metrics. Metrics:
-    `acc@{i}` (head i's top-1 accuracy, i = 1..K), `top{k}@{i}` (cumulative top-k, k = 1..10),
-    `ce@{i}`. Logits are computed in chunks of rows, under activation checkpointing when
-    gradients are on, so a vocabulary-sized tensor never exists for the whole batch.
-    """
-    ids, loss_mask, attn = batch.input_ids, batch.loss_mask, batch.attention_mask
-    labels = batch.greedy_next()  # labels[:, j]: the target's greedy token j + 1
-    t_total = ids.shape[1]
-    n_heads = states.shape[2]
-    total = states.new_zeros((), dtype=torch.float32)
-    metrics: dict[str, float] = {}
-    for i in range(n_heads):
-        shift = 2 + i
-        n_pos = min(states.shape[1], t_total - shift)
-        if n_pos <= 0:
-            continue
-        valid = (loss_mask[:, shift:shift + n_pos] > 0) & (attn[:, :n_pos] > 0)
-        x = states[:, :n_pos, i][valid]
-        y = labels[:, shift - 1:shift - 1 + n_pos][valid]
-        if to_index is not None:
-            y = to_index(y)
-        n = y.numel()
-        if n == 0:
-            continue
-        loss_sum = states.new_zeros((), dtype=torch.float32)
-        ranks = []
-        for s in range(0, n, LOSS_CHUNK):
-            xc, yc = x[s:s + LOSS_CHUNK], y[s:s + LOSS_CHUNK]
-            if torch.is_grad_enabled() and xc.requires_grad:
-                part, rank = checkpoint(_ce_chunk, logits_fn, xc, yc, use_reentrant=False)
-            else:
-                part, rank = _ce_chunk(logits_fn, xc, yc)
-            loss_sum = loss_sum + part
-            ranks.append(rank)
-        rank = torch.cat(ranks)
-        ce = loss_sum / max(1, int((y >= 0).sum()))
-        total = total + decay**i * ce
-        metrics[f"ce@{i + 1}"] = float(ce.detach())
-        metrics[f"acc@{i + 1}"] = float((rank < 1).float().mean())
-        for k in range(1, TOPK_METRICS + 1):
-            metrics[f"top{k}@{i + 1}"] = float((rank < k).float().mean())
-    metrics["loss"] = float(total.detach())
-    return total, metrics
 
 
 @dataclass
@@ -183,6 +79,8 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
         self.needs = TargetNeeds(hidden_layers=(config.n_target_layers,))
         self._init_vocab_and_tree(target)
         self.feature: torch.Tensor | None = None
+        self.tree_auto = True  # tree sized for this machine (StaticTreeMixin.resolve_auto_static_tree)
+        self.tree_choice: dict | None = None
 
     @classmethod
     def random(cls, target: Target, seed: int = 0, noise: float = 0.5, **hyper: Any) -> MedusaDrafter:
@@ -209,6 +107,7 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
     # ----- decoding ----------------------------------------------------------------------
     def begin(self, target: Target, prefill: Verified) -> None:
         super().begin(target, prefill)
+        self.resolve_auto_static_tree(target)
         self.feature = prefill.hidden[self.config.n_target_layers][-1]
 
     def accept(self, step: Verified) -> None:

@@ -1,18 +1,20 @@
-"""Mixture of Attentions (MoA) drafter with Target Layer Inference (DESIGN.md section 5).
+"""Mixture of Attentions (MoA) drafter with Target Layer Inference (docs/ARCHITECTURE.md, "MoA").
 
 Zimmer et al., "Mixture of Attentions for Speculative Decoding" (2024). Three parts on
 top of the target's frozen embedding and LM head:
 
-    LSA  per verified token: its keys+values at every target layer ([L, 2*kv_heads*head_dim])
-         -> linear to `lsa_dim` + learned layer-index embedding -> one small encoder layer
-         with bidirectional attention across the L layers -> mean over layers -> linear to H.
-         Runs once per cycle, in accept(), on the newly verified tokens only. Its attention
-         (per token, layer x layer, averaged over heads) goes to the next tree's extras.
+    LSA  per verified token: its keys+values at every target layer ([L, 2*kv_heads*head_dim],
+         384 wide on SmolLM2) + a learned layer-index embedding -> one encoder layer with
+         bidirectional attention across the L layers at that full width (the reference code's
+         layout; lsa_full_width=False first narrows to `lsa_dim`, the layout of our earlier
+         drafters) -> mean over layers -> linear to H. Runs once per cycle, in accept(), on
+         the newly verified tokens only, so its width costs no per-node drafting time. Its
+         attention (per token, layer x layer, averaged over heads) goes to the next tree's extras.
     SA   one causal Llama decoder layer over the target's token embeddings of prompt,
          accepted and drafted tokens, with its own KV cache. Never sees predicted states.
     CA   queries from the SA output, keys/values from the LSA vectors of verified tokens
          (RoPE on both sides, so a query knows how far it is from the last verified token),
-         then an MLP and a linear head -> the predicted state.
+         then a linear head -> the predicted state (ca_mlp: an MLP block before the head).
 
 Indexing. The prediction at position j (SA query token x_j) estimates the target's state
 at j, i.e. the distribution of x_{j+1}. When drafting from the root at position r, CA sees
@@ -33,7 +35,7 @@ Cache invariants after accept(): SA cache = the verified tokens (the root and ac
 tokens are re-run as a chain; drafted entries are cropped), CA memory = LSA of every
 verified token, TLI cache = true keys/values of every verified token.
 
-Offline drafting (client-server, DESIGN.md section 5): when the link to the target drops,
+Offline drafting (docs/ARCHITECTURE.md, "Client-server"): when the link to the target drops,
 the drafter keeps going on its own. `extend_unverified(tokens)` accepts tokens
 provisionally: the current root and all but the last of `tokens` enter the SA cache (and
 the TLI cache, from predicted states) exactly as drafted tree nodes would, while CA memory
@@ -44,8 +46,29 @@ simply `accept()`, which crops to the verified state itself) and then
 `accept(Verified(tokens=[old root] + accepted provisional tokens, bonus=correction, ...))`.
 EAGLE-2 cannot do this: every step needs fresh target features.
 
+The offline chain stops at `offline_horizon` tokens past the last verified one
+(core.client_server.client; default period_max, the farthest distance training covers).
+
 With `draft_vocab_size` > 0 only the final projection is restricted to the drafting
 vocabulary (core.drafters.draft_vocab); TLI layers are unchanged.
+
+Our choices where we differ from, or go beyond, the reference code (each for a reason):
+  * LSA reads pre-RoPE keys (the target's k projections before rotation): the layer sequence
+    of one token should not depend on where the token sits; CA adds the position itself.
+  * A prediction reads target activations strictly before its own position (v(j) < j) and
+    the root's own activations are never available: at inference the root is the target's
+    bonus token, which the target has not yet run, so training must not show it either.
+  * `ca_mlp` (an MLP block after cross-attention) was part of our earlier drafters; it runs
+    for every drafted node, so new drafters leave it out (the reference layout) and put the
+    capacity in the full-width LSA, which runs once per verified token instead.
+  * `staircase="window"` (our earlier curriculum: one mask whose window grows) is kept for
+    old checkpoints; "random" is the reference's per-sequence coin between the staircase and
+    the causal mask, with the staircase's probability falling linearly to 0 at staircase_until.
+  * A continued run (core.training --init-from) that changes the LSA layout rebuilds only the
+    LSA encoder and keeps SA, CA and the head (MoADrafter.rebuilt), instead of starting from
+    random weights: on two CPU cores there is no budget for a from-scratch run.
+  * Long-horizon variants (`moa-h24`: period_max 24) train predictions up to 24 tokens past
+    the last verified one, so that an offline chain of ~20 tokens stays in distribution.
 
 Training (`training_loss`), T-step bounded and on-policy: per sequence a period k is drawn
 from [period_min, period_max] (the reference code's 6..14); positions divisible by k and
@@ -53,8 +76,9 @@ every position with loss_mask 0 (prompt / user turns: the target prefills them) 
 "verified". The prediction at j sees, through CA and TLI, target activations only at
 positions <= v(j) = the last verified position strictly before j, as at inference
 (where v = r - 1 for a root at r). SA starts with a "staircase" mask (only the current
-unverified segment v(j) < q <= j) whose window grows linearly to the full causal mask at
-progress = staircase_until (0.5: the first half of training, as the reference code does).
+unverified segment v(j) < q <= j): staircase="random" draws it per sequence with probability
+1 - progress / staircase_until (0.5: the first half of training, as the reference code does),
+staircase="window" widens one mask linearly to the full causal one by then.
 `progress` is the fraction of the drafter's whole training: a run continuing a published
 drafter counts the earlier runs' steps (core.training.train), so the curriculum runs once.
 In each of the N frozen TLI layers, positions <= v(j) contribute the target's true keys and
@@ -78,7 +102,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.drafters.base import TargetNeeds, Verified
-from core.drafters.checkpoint import DrafterConfig, TrainBatch, TrainedDrafter
 from core.drafters.draft_vocab import DraftVocab
 from core.drafters.dynamic_tree import (
     DEFAULT_DEPTH,
@@ -87,18 +110,22 @@ from core.drafters.dynamic_tree import (
     Expansion,
     build_dynamic_tree,
 )
-from core.drafters.eagle2 import (
+from core.drafters.trained import (
+    DrafterConfig,
+    TrainBatch,
+    TrainedDrafter,
     apply_tree_options,
     check_draft_vocab_size,
     check_hyper,
     distill_terms,
     layer_config,
+    resolve_auto_tree,
     rope_kv,
     target_tokens_in_vocab,
     weighted_mean,
 )
 from core.kv_cache import KVCache
-from core.target import Target, decoder_layer
+from core.target import FusedLayer, Target, decoder_layer, fused_copy, run_layer
 from core.tree import DraftTree
 
 MAX_TLI = 3
@@ -108,42 +135,63 @@ ACC_DISTANCES = 6  # training metrics acc@1..6, by distance from the last verifi
 @dataclass
 class MoAConfig(DrafterConfig):
     tli: int = 0  # N: target layers the drafter runs itself (0..3)
-    lsa_dim: int = 128  # width of the layer self-attention encoder
-    lsa_heads: int = 4
+    # LSA width. lsa_full_width (the reference code's layout): the encoder attends across layers at the
+    # full width of each layer's K+V (2 * kv_heads * head_dim) and projects to H only after the mean;
+    # lsa_dim is then unused. False: K+V is first narrowed to lsa_dim (the layout of the drafters we
+    # shipped before; kept so that their checkpoints load).
+    lsa_full_width: bool = True
+    lsa_dim: int = 128
+    lsa_heads: int = 0  # 0: one head per target head's K or V (2 * kv_heads, so 6 heads of 64 on SmolLM2)
+    lsa_mlp_ratio: int = 4  # the LSA encoder's MLP width / its model width
+    # An MLP block after cross-attention (our earlier layout, not the reference's). It runs for every
+    # drafted token, so it costs drafting time; the LSA encoder runs once per verified token instead.
+    ca_mlp: bool = False
+    # A fresh drafter starts SA as a copy of the target's first layer (both read token embeddings) and
+    # CA's projections as copies of the target's last layer's attention (LSA vectors regress deep
+    # states); our choice, where the reference code starts from random weights. Only `random()` reads it.
+    init_from_target: bool = True
     depth: int = DEFAULT_DEPTH  # tree settings: see core.drafters.dynamic_tree for why these defaults
     top_k: int = DEFAULT_TOP_K
     total_tokens: int = DEFAULT_TOTAL_TOKENS
     period_min: int = 6  # training: verified every k positions, k uniform in [period_min, period_max]
     period_max: int = 14
     staircase_until: float = 0.5  # training progress at which SA's mask has become fully causal
+    # "random" (the reference code): per sequence, the staircase mask with probability
+    # 1 - progress / staircase_until, else the causal one. "window": one mask whose window over the
+    # earlier segments grows linearly (the layout of the drafters we shipped before).
+    staircase: str = "random"
     ce_weight: float = 0.1
     draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
     context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
 
 
 class LayerSelfAttention(nn.Module):
-    """One bidirectional encoder layer over the target's L layers of one token's keys+values."""
+    """One bidirectional encoder layer over the target's L layers of one token's keys+values.
 
-    def __init__(self, n_layers: int, kv_width: int, dim: int, heads: int, hidden: int) -> None:
+    dim = kv_width (full width, the reference layout): the layers attend to each other over the whole
+    K+V of each layer, with no projection before the attention; otherwise K+V is narrowed to `dim` first.
+    """
+
+    def __init__(self, n_layers: int, kv_width: int, dim: int, heads: int, hidden: int, mlp_ratio: int = 4) -> None:
         super().__init__()
         if dim % heads:
-            raise ValueError(f"lsa_dim {dim} must be divisible by lsa_heads {heads}")
+            raise ValueError(f"the LSA width {dim} must be divisible by lsa_heads {heads}")
         self.heads = heads
         self.in_norm = nn.LayerNorm(kv_width)  # keys and values come at the target's own (varied) scales
-        self.inp = nn.Linear(kv_width, dim)
-        self.layer_pos = nn.Parameter(torch.randn(n_layers, dim) * 0.02)
+        self.inp = nn.Identity() if dim == kv_width else nn.Linear(kv_width, dim)
+        self.layer_pos = nn.Parameter(torch.randn(n_layers, dim) * 0.02)  # position = the layer index
         self.norm1 = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         self.norm2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
         self.out_norm = nn.LayerNorm(dim)
         self.out = nn.Linear(dim, hidden)
 
     def forward(self, kv: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """kv: [n, L, kv_width] -> (vectors [n, hidden], attention [n, L, L] averaged over heads, or None)."""
         n, length, _ = kv.shape
-        x = self.inp(self.in_norm(kv.to(self.inp.weight.dtype))) + self.layer_pos
+        x = self.inp(self.in_norm(kv.to(self.qkv.weight.dtype))) + self.layer_pos
         q, k, v = self.qkv(self.norm1(x)).view(n, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
         weights = None
         if need_weights:
@@ -187,6 +235,11 @@ class CrossAttention(nn.Module):
 class MoADrafter(TrainedDrafter):
     name = "moa"
     config_class = MoAConfig
+    # continuing a published drafter (core.training --init-from): these may change freely...
+    training_only = ("period_min", "period_max", "staircase", "staircase_until", "ce_weight")
+    # ...and changing one of these rebuilds the LSA encoder from scratch (SA, CA and head are kept)
+    rebuilt = {"lsa_full_width": ("lsa.",), "lsa_dim": ("lsa.",), "lsa_heads": ("lsa.",),
+               "lsa_mlp_ratio": ("lsa.",), "ca_mlp": ("mlp.", "mlp_norm.")}
 
     def __init__(self, config: MoAConfig, target: Target) -> None:
         super().__init__(config, target)
@@ -204,12 +257,18 @@ class MoADrafter(TrainedDrafter):
         lcfg = layer_config(target)
         h, eps = config.hidden_size, lcfg.rms_norm_eps
         kv_width = 2 * target.kv_heads * target.head_dim
-        self.lsa = LayerSelfAttention(config.n_target_layers, kv_width, config.lsa_dim, config.lsa_heads, h)
+        if config.staircase not in ("random", "window"):
+            raise ValueError(f"staircase must be 'random' or 'window', got {config.staircase!r}")
+        lsa_width = kv_width if config.lsa_full_width else config.lsa_dim
+        lsa_heads = config.lsa_heads or (2 * target.kv_heads if config.lsa_full_width else 4)
+        self.lsa = LayerSelfAttention(config.n_target_layers, kv_width, lsa_width, lsa_heads, h,
+                                      config.lsa_mlp_ratio)
         self.sa = LlamaDecoderLayer(lcfg, layer_idx=0)
         self.ca_norm = LlamaRMSNorm(h, eps)
         self.ca = CrossAttention(h, target.n_heads, target.kv_heads, target.head_dim)
-        self.mlp_norm = LlamaRMSNorm(h, eps)
-        self.mlp = LlamaMLP(lcfg)
+        if config.ca_mlp:
+            self.mlp_norm = LlamaRMSNorm(h, eps)
+            self.mlp = LlamaMLP(lcfg)
         self.out_norm = LlamaRMSNorm(h, eps)
         self.head = nn.Linear(h, h, bias=False)
         big_l = config.n_target_layers
@@ -218,11 +277,25 @@ class MoADrafter(TrainedDrafter):
         self.train_needs = TargetNeeds(hidden_layers=tuple(sorted({big_l - n, big_l})), layer_kv=True)
         self.sa_cache: KVCache | None = None
         self._provisional: list[int] = []
+        self._sa_fused: FusedLayer | None = None  # inference only: SA's weights stacked, rebuilt by begin()
+        self.tree_auto = True  # depth / total_tokens sized for this machine (trained.resolve_auto_tree)
+        self.tree_choice: dict | None = None
 
     @classmethod
     def random(cls, target: Target, seed: int = 0, **hyper: Any) -> MoADrafter:
         check_hyper(cls.config_class, cls.name, hyper)
-        return super().random(target, seed, **hyper)
+        model = super().random(target, seed, **hyper)
+        if model.config.init_from_target:
+            model.copy_target_layers()
+        return model
+
+    @torch.no_grad()
+    def copy_target_layers(self) -> None:
+        """SA <- the target's first decoder layer; CA's q/k/v/o and norm <- its last layer's attention."""
+        first, last = self.target.layers[0], self.target.layers[-1]
+        for mine, theirs in ((self.sa, first), (self.ca, last.self_attn), (self.ca_norm, last.input_layernorm)):
+            state = {k: v.to(self._dtype) for k, v in theirs.state_dict().items()}
+            mine.load_state_dict(state, strict=True)
 
     def set_options(self, **opts: Any) -> None:
         """Tree settings (depth, top_k, total_tokens); `tli` may be given but must match the checkpoint."""
@@ -246,41 +319,63 @@ class MoADrafter(TrainedDrafter):
                  mem_v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """CA over the LSA memory, MLP, head: the predicted state (final feature, or entering layer L - N)."""
         h = sa_out + self.ca(self.ca_norm(sa_out), cos, sin, mem_k, mem_v, mask)
-        h = h + self.mlp(self.mlp_norm(h))
+        if self.config.ca_mlp:
+            h = h + self.mlp(self.mlp_norm(h))
         return self.to_target_units(self.head(self.out_norm(h)))
 
     def _tli(self, state: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """Run the target's last N layers on predicted states [1, m, H] over the TLI cache."""
+        """Run the target's last N layers on predicted states [1, m, H] over the TLI cache (the target's own
+        fused layers; the target-dtype cos, sin that `_advance` computed for these same positions are reused)."""
         n, big_l = self.config.tli, self.config.n_target_layers
         if n == 0:
             return state
-        cos, sin = self.target.rope(positions)
-        x = state.to(self.target.dtype)
+        tgt = self.target
+        known = getattr(self, "_tli_rope", None)
+        cos, sin = known[1] if known is not None and known[0] is positions else tgt.rope(positions)
+        x = state.to(tgt.dtype)
+        layers = tgt.fused_layers()
         for i in range(n):
-            x, _ = decoder_layer(self.target.layers[big_l - n + i], x, cos, sin, mask, self.tli_cache, i,
-                                 self.target.head_dim)
+            x, _ = run_layer(layers[big_l - n + i], x, cos, sin, mask, self.tli_cache, i, tgt.n_heads, tgt.kv_heads,
+                             tgt.head_dim)
         self.tli_cache.commit(state.shape[1])
         return x
 
-    def _sa(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        cos, sin = self._rope(positions)
-        x = self.target.embed_tokens(tokens).to(self._dtype)
-        out, _ = decoder_layer(self.sa, x, cos, sin, mask, self.sa_cache, 0, self.target.head_dim)
+    def _sa(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+            rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        cos, sin = rope if rope is not None else self._rope(positions)
+        x = self.target.embed_tokens(tokens)
+        if x.dtype != self._dtype:
+            x = x.to(self._dtype)
+        tgt = self.target
+        if self._sa_fused is not None:
+            out, _ = run_layer(self._sa_fused, x, cos, sin, mask, self.sa_cache, 0, tgt.n_heads, tgt.kv_heads,
+                               tgt.head_dim)
+        else:
+            out, _ = decoder_layer(self.sa, x, cos, sin, mask, self.sa_cache, 0, tgt.head_dim)
         self.sa_cache.commit(tokens.shape[1])
         return out
 
     def _advance(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """Run tokens [1, m] at positions [1, m] under `mask` into the SA/TLI caches -> final features [1, m, H]."""
-        sa_out = self._sa(tokens, positions, mask)
-        cos, sin = self._rope(positions)
+        """Run tokens [1, m] at positions [1, m] under `mask` into the SA/TLI caches -> final features [1, m, H].
+
+        RoPE is computed once for the call (SA, CA and, in the target's dtype, TLI share it)."""
+        tcos, tsin = self.target.rope(positions)
+        cos, sin = (tcos, tsin) if tcos.dtype == self._dtype else (tcos.to(self._dtype), tsin.to(self._dtype))
+        sa_out = self._sa(tokens, positions, mask, (cos, sin))
         mem_k, mem_v = self.ca_cache.layer_view(0)
         state = self._predict(sa_out, cos, sin, mem_k, mem_v, None)  # the whole memory is verified
-        return self._tli(state, positions, mask)
+        self._tli_rope = (positions, (tcos, tsin))
+        try:
+            return self._tli(state, positions, mask)
+        finally:
+            self._tli_rope = None
 
     def _step(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Draft tokens [1, m] at positions [1, m] under `mask` -> log-probs [m, V'] over the drafting vocabulary."""
         final = self._advance(tokens, positions, mask)
-        return torch.log_softmax(self.vocab.logits(final.to(self.target.dtype))[0], dim=-1)
+        if final.dtype != self.target.dtype:
+            final = final.to(self.target.dtype)
+        return torch.log_softmax(self.vocab.logits(final)[0], dim=-1)
 
     # ----- the drafting cycle ------------------------------------------------------------------
     @torch.no_grad()
@@ -291,6 +386,8 @@ class MoADrafter(TrainedDrafter):
         self.sa_cache = KVCache(1, kvh, hd, cap, dtype=self._dtype, device=dev)
         self.ca_cache = KVCache(1, kvh, hd, cap, dtype=self._dtype, device=dev)
         self.tli_cache = KVCache(max(1, self.config.tli), kvh, hd, cap, dtype=target.dtype, device=dev)
+        resolve_auto_tree(self, target)
+        self._sa_fused = fused_copy(self.sa)  # SA's weights may have changed (training) since the last conversation
         self._absorb(prefill)
 
     @torch.no_grad()
@@ -306,18 +403,18 @@ class MoADrafter(TrainedDrafter):
         n_new = len(step.tokens)
         positions = start + torch.arange(n_new, device=dev)[None]
         tokens = torch.tensor(step.tokens, dtype=torch.long, device=dev)[None]
+        tcos, tsin = self.target.rope(positions)  # once for SA, CA memory and TLI
+        cos, sin = (tcos, tsin) if tcos.dtype == self._dtype else (tcos.to(self._dtype), tsin.to(self._dtype))
         self.sa_cache.crop(start)
-        self._sa(tokens, positions, None)
+        self._sa(tokens, positions, None, (cos, sin))
         layer_kv = step.layer_kv.to(dev)
         vec, att = self.lsa(layer_kv, need_weights=True)
-        cos, sin = self._rope(positions)
         k, v = self.ca.memory(vec[None], cos, sin)
         self.ca_cache.crop(start)
         self.ca_cache.append(0, k, v)
         self.ca_cache.commit(n_new)
         n, big_l = self.config.tli, self.config.n_target_layers
         if n:
-            tcos, tsin = self.target.rope(positions)
             self.tli_cache.crop(start)
             for i in range(n):
                 k, v = rope_kv(layer_kv[None, :, big_l - n + i], tcos, tsin, self.target.kv_heads,
@@ -426,8 +523,11 @@ class MoADrafter(TrainedDrafter):
         vec, _ = self.lsa(kv.reshape(b * t, big_l, -1))
         vec = vec.view(b, t, -1)
         frac = 1.0 if cfg.staircase_until <= 0 else min(1.0, max(0.0, progress) / cfg.staircase_until)
-        window = round(frac * t)
-        sa_mask = causal & (cols > lv - window)
+        if cfg.staircase == "window":  # one mask whose reach into earlier segments grows with progress
+            sa_mask = causal & (cols > lv - round(frac * t))
+        else:  # per sequence: the staircase (current unverified segment only) with probability 1 - frac
+            stair = torch.rand(b, device=ids.device) < 1.0 - frac
+            sa_mask = causal & ((cols > lv) | ~stair[:, None, None])
         sa_out, _ = decoder_layer(self.sa, tgt.embed_tokens(ids).to(self._dtype), cos, sin, sa_mask[:, None],
                                   None, 0, tgt.head_dim)
         mem_k, mem_v = self.ca.memory(vec, cos, sin)

@@ -1,4 +1,4 @@
-"""Static draft trees shared by Medusa and Amphista (DESIGN.md sections 6 and 7).
+"""Static draft trees shared by Medusa and Amphista (docs/ARCHITECTURE.md, "Draft trees").
 
 A static tree is a fixed set of *index paths*, Medusa style: the path (0, 2, 1)
 is the node reached by taking head 0's top-1 candidate, then head 1's 3rd,
@@ -26,7 +26,7 @@ the best 16-node tree of depth 4 under a Medusa-like prior
 (`PRIOR_RANK_ACCURACY`). Why that size: on the project's CPU, under light
 load, a bfloat16 target pass costs about 55 ms for 1 new token and 60-100 ms
 for 32 (`CPU_PASS_MS` takes 70 ms; its 8- and 64-token points are estimated
-from the shape of DESIGN.md's table, 50/54/62/81 ms). Up to about 8 tokens
+from the shape of the bfloat16 table in docs/ARCHITECTURE.md, "Target runtime": 50/54/62/81 ms). Up to about 8 tokens
 are nearly free; past that each node costs about 0.5-1.5 ms (1-3% of a
 step), while the prior tree's 17th to 28th nodes add only about 1.2% each to
 tau. For the
@@ -45,10 +45,12 @@ a wide pass is almost free there.
 from __future__ import annotations
 
 import heapq
+import json
 from collections.abc import Sequence
 
 import torch
 
+from core import cost_curve
 from core.drafters.draft_vocab import DraftVocab
 from core.target import Target
 from core.tree import DraftTree
@@ -63,7 +65,7 @@ _HEAD_FACTOR = (1.0, 0.72, 0.58, 0.48, 0.42, 0.37)
 PRIOR_RANK_ACCURACY: list[list[float]] = [[f * s for s in _RANK_SHARE] for f in _HEAD_FACTOR]
 
 # bfloat16 target pass time (ms) by number of new tokens on the project's CPU: 1 and 32 measured
-# (light load; 32 varies 60-100 ms), 8 and 64 estimated from DESIGN.md's curve (module docstring).
+# (light load; 32 varies 60-100 ms), 8 and 64 estimated from the table's curve (module docstring).
 CPU_PASS_MS: dict[int, float] = {1: 55.0, 8: 59.0, 32: 70.0, 64: 95.0}
 DEFAULT_TREE_SIZE = 16
 DEFAULT_TREE_DEPTH = 4
@@ -147,17 +149,28 @@ def pass_time(n_tokens: int, pass_ms: dict[int, float] = CPU_PASS_MS) -> float:
     return pass_ms[hi] + (pass_ms[hi] - pass_ms[lo]) * (n_tokens - hi) / (hi - lo)
 
 
-def best_size(rank_accuracy: list[list[float]], max_depth: int, max_size: int = 96,
-              pass_ms: dict[int, float] = CPU_PASS_MS) -> int:
-    """Tree size maximising the ideal speedup tau x t(1) / t(1 + size) (drafting cost ignored)."""
+def size_table(rank_accuracy: list[list[float]], max_depth: int, max_size: int = 96,
+               pass_ms: dict[int, float] = CPU_PASS_MS, draft_ms: float = 0.0) -> list[dict]:
+    """Per tree size n = 0..max_size: expected tau, cycle ms (pass of 1 + n tokens + `draft_ms`, the
+    heads' fixed drafting cost) and the speedup over plain decoding tau x t(1) / cycle."""
     tree = best_tree(rank_accuracy, max_size, max_depth)  # nested: best tree of n = its n best nodes
     values = sorted((path_value(p, rank_accuracy) for p in tree), reverse=True)
-    best, best_n, tau = 1.0, 0, 1.0
-    for n, v in enumerate(values, start=1):
-        tau += v
-        speedup = tau * pass_time(1, pass_ms) / pass_time(1 + n, pass_ms)
-        if speedup > best:
-            best, best_n = speedup, n
+    rows, tau = [], 1.0
+    for n in range(len(values) + 1):
+        if n:
+            tau += values[n - 1]
+        ms = pass_time(1 + n, pass_ms) + (draft_ms if n else 0.0)
+        rows.append({"total_tokens": n, "tau": tau, "ms": ms, "speedup": tau * pass_time(1, pass_ms) / ms})
+    return rows
+
+
+def best_size(rank_accuracy: list[list[float]], max_depth: int, max_size: int = 96,
+              pass_ms: dict[int, float] = CPU_PASS_MS, draft_ms: float = 0.0) -> int:
+    """Tree size maximising tau x t(1) / (t(1 + size) + draft_ms) (draft_ms 0: the ideal speedup)."""
+    best, best_n = 1.0, 0
+    for row in size_table(rank_accuracy, max_depth, max_size, pass_ms, draft_ms)[1:]:
+        if row["speedup"] > best:
+            best, best_n = row["speedup"], row["total_tokens"]
     return best_n
 
 
@@ -230,6 +243,50 @@ def build_draft_tree(paths: Sequence[Path], topk_tokens: torch.Tensor, topk_prob
                      torch.tensor(probs, dtype=torch.float32))
 
 
+def static_tree_choice(method: str, curve: dict, tree_accuracy: list[list[float]] | None = None,
+                       draft_ms: float | None = None) -> dict:
+    """The static (Medusa / Amphista) tree size with the best expected tokens/s under `curve`, from the
+    per-rank accuracies of the shipped checkpoint (assets/drafters/<method>/config.json) unless given; the
+    heads draft once per cycle whatever the tree, so drafting is a fixed cost per cycle (the benchmark
+    summary's draft_ms_per_cycle, scaled to this machine, unless given). Same keys as choose_tree."""
+    raw, curve = curve, cost_curve.monotone(curve)
+    one = cost_curve.pass_ms(curve, 1.0)
+    out = {"method": method, "depth": None, "total_tokens": None, "expected_tau": 1.0,
+           "expected_tokens_per_s": 1000.0 / one, "cycle_ms": one, "draft_ms_per_level": None, "acceptance": [],
+           "acceptance_source": None, "curve": raw, "grid": [],
+           "model": "core.drafters.static_tree module docstring (best_tree / size_table)"}
+    if tree_accuracy is None:
+        try:
+            cfg = json.loads((cost_curve.ROOT / "assets" / "drafters" / method / "config.json").read_text())["config"]
+            tree_accuracy = cfg.get("tree_accuracy") or None
+            heads = int(cfg.get("num_heads") or len(tree_accuracy or []))
+        except (OSError, ValueError, KeyError, TypeError):
+            tree_accuracy = None
+        out["acceptance_source"] = f"assets/drafters/{method} tree_accuracy"
+    else:
+        heads = len(tree_accuracy)
+        out["acceptance_source"] = "given tree_accuracy"
+    if not tree_accuracy:
+        out["acceptance_source"] = None
+        return out
+    if draft_ms is None:
+        measured = cost_curve.method_acceptance(method)
+        draft_ms = 0.0
+        if measured and measured.get("draft_ms") and measured.get("verify_ms_1"):
+            draft_ms = measured["draft_ms"] * one / measured["verify_ms_1"]
+    depth = min(heads, len(tree_accuracy))
+    table = size_table(tree_accuracy, depth, cost_curve.MAX_AUTO_TOKENS, cost_curve.curve_pass_table(curve), draft_ms)
+    best = max(table[1:], key=lambda r: (r["speedup"], -r["total_tokens"]))
+    paths = best_tree(tree_accuracy, best["total_tokens"], depth)
+    out.update(depth=max(len(p) for p in paths), total_tokens=len(paths), expected_tau=round(best["tau"], 4),
+               expected_tokens_per_s=round(1000.0 * best["tau"] / best["ms"], 3), cycle_ms=round(best["ms"], 3),
+               draft_ms_per_level=round(draft_ms, 3),
+               grid=[{"depth": depth, "total_tokens": r["total_tokens"], "tau": round(r["tau"], 4),
+                      "ms": round(r["ms"], 3), "tokens_per_s": round(1000.0 * r["tau"] / r["ms"], 3)}
+                     for r in table])
+    return out
+
+
 class StaticTreeMixin:
     """Static-tree handling for multi-head drafters (Medusa, Amphista) whose config has `num_heads`,
     `draft_vocab_size`, `tree_paths` and `tree_accuracy` (measured per-rank accuracies, empty = the
@@ -263,13 +320,39 @@ class StaticTreeMixin:
         train in another): float32 logits [..., vocab.size]; index j is token `vocab.to_token_ids(j)`."""
         return self.vocab.logits(x.to(self.target.dtype))
 
+    def resolve_auto_static_tree(self, target: Target) -> dict | None:
+        """`auto` tree (the default): resize the tree once for this machine's cost curve (core.cost_curve;
+        cached per machine, the fixed model on the tiny test target) from the checkpoint's measured per-rank
+        accuracies. Untrained drafters and checkpoints without measured accuracies keep their tree; so does a
+        tree the user fixed (set_options). The choice is kept as `tree_choice` for the app."""
+        if not getattr(self, "tree_auto", False) or getattr(self, "tree_choice", None) is not None:
+            return getattr(self, "tree_choice", None)
+        if getattr(self, "checkpoint_meta", None) is None or not self.config.tree_accuracy:
+            self.tree_choice = {"method": self.name, "depth": None, "total_tokens": None,
+                                "note": "no measured accuracies: configured tree kept"}
+            return self.tree_choice
+        acc = self.rank_accuracy()
+        choice = static_tree_choice(self.name, cost_curve.curve_for(target), acc)
+        if choice["total_tokens"] is None:
+            return None
+        choice["acceptance_source"] = "checkpoint tree_accuracy (per-rank, per head)"
+        self._set_paths(best_tree(acc, choice["total_tokens"], min(self.config.num_heads, len(acc))))
+        self.tree_choice = choice
+        return self.tree_choice
+
     def set_options(self, **opts) -> None:
         """Tree options: `tree_paths` (explicit paths), or `tree_size` / `tree_depth` (rebuilt from the
-        checkpoint's measured accuracies, or the prior if it has none)."""
+        checkpoint's measured accuracies, or the prior if it has none); `tree_size="auto"`: sized for this
+        machine on the next begin (the default). Any explicit option fixes the tree."""
         unknown = set(opts) - {"tree_paths", "tree_size", "tree_depth"}
         if unknown:
             raise ValueError(f"{self.name} has no option(s) {sorted(unknown)}; "
                              f"it takes tree_paths, tree_size, tree_depth")
+        if opts.get("tree_size") == "auto" and opts.get("tree_paths") is None and opts.get("tree_depth") is None:
+            self.tree_auto, self.tree_choice = True, None
+            return
+        if any(opts.get(k) is not None for k in ("tree_paths", "tree_size", "tree_depth")):
+            self.tree_auto, self.tree_choice = False, None
         if opts.get("tree_paths") is not None:
             self._set_paths(opts["tree_paths"])
         elif opts.get("tree_size") is not None or opts.get("tree_depth") is not None:

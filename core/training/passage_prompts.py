@@ -1,4 +1,4 @@
-"""Copy-task prompts over the target's own earlier answers (DESIGN.md section 8, training data).
+"""Copy-task prompts over the target's own earlier answers (docs/ARCHITECTURE.md, "Training data").
 
 Why this exists: on the evaluation prompts the drafters fall furthest behind in the
 categories where the target copies from its prompt (summarization, retrieval-augmented
@@ -11,7 +11,7 @@ go summarization, question-answering, extraction and translation instructions, s
 target's new answers copy from text the drafters have never seen verbatim.
 
 `passage_prompts(passages, seed)` is deterministic in its inputs; `answer_passages`
-reads the passages out of a compact distillation file (`datagen` `distill.npz`).
+reads the passages out of a compact distillation file (`distill.npz`, core.training.distill_data).
 
 `perturb_passages(passages, rate, seed)` makes the passages *novel* (the second copy-task
 set, `assets/distill_v5`): phase 7's passages were answers the drafters had already been
@@ -29,7 +29,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from core.training.prompts import LANGUAGES, MAX_PROMPT_CHARS, MAX_PROMPT_WORDS, Messages, _user
+from core.training.prompt_text import Messages, user_turn
+from core.training.prompts import MAX_PROMPT_CHARS, MAX_PROMPT_WORDS
+from core.training.word_lists import load_word_lists
 
 # Categories whose answers are prose worth copying from (code and arithmetic answers are not).
 PASSAGE_SOURCES = ("writing", "humanities", "stem", "conversation", "roleplay", "reasoning", "qa", "summarization")
@@ -103,11 +105,11 @@ def _last_user_message(chat_text: str) -> str:
 
 
 def answer_passages(distill_path: str, decode: Callable[[Sequence[int], bool], str]) -> list[Passage]:
-    """Passages from the training-split answers of a distillation file (datagen.load_distill), in file order.
+    """Passages from the training-split answers of a distillation file (distill_data.load_distill), in file order.
 
     decode(ids, skip_special_tokens) turns token ids into text (the target's tokenizer).
     """
-    from core.training.datagen import load_distill
+    from core.training.distill_data import load_distill
 
     out: list[Passage] = []
     seen: set[str] = set()
@@ -180,7 +182,7 @@ def _question(rng: random.Random, p: Passage) -> str:
 def gen_summarization(rng: random.Random, pool: Sequence[Passage]) -> Messages:
     p = rng.choice(pool)
     ask = rng.choice(SUMMARY_ASKS)
-    return _user(f"{p.text}\n\n{ask}" if rng.random() < 0.25 else f"{ask}\n\n{p.text}")
+    return user_turn(f"{p.text}\n\n{ask}" if rng.random() < 0.25 else f"{ask}\n\n{p.text}")
 
 
 def gen_rag(rng: random.Random, pool: Sequence[Passage]) -> Messages:
@@ -190,22 +192,23 @@ def gen_rag(rng: random.Random, pool: Sequence[Passage]) -> Messages:
         docs = [p.text] + [rng.choice(pool).text for _ in range(rng.randint(1, 2))]
         rng.shuffle(docs)
         body = "\n".join(f"[{i + 1}] {d}" for i, d in enumerate(docs))
-        return _user(f"Documents:\n{body}\n\nUsing the documents, answer: {q}")
-    return _user(rng.choice(RAG_FORMS).format(p=p.text, q=q))
+        return user_turn(f"Documents:\n{body}\n\nUsing the documents, answer: {q}")
+    return user_turn(rng.choice(RAG_FORMS).format(p=p.text, q=q))
 
 
 def gen_extraction(rng: random.Random, pool: Sequence[Passage]) -> Messages:
     p = rng.choice(pool)
-    return _user(f"{rng.choice(EXTRACT_ASKS)}\n\n{p.text}")
+    return user_turn(f"{rng.choice(EXTRACT_ASKS)}\n\n{p.text}")
 
 
 def gen_translation(rng: random.Random, pool: Sequence[Passage]) -> Messages:
     sents = _sentences(rng.choice(pool).text)
     start = rng.randrange(len(sents))
     text = " ".join(sents[start:start + rng.randint(1, 3)])
-    lang = rng.choice(LANGUAGES)
-    return _user(rng.choice([f"Translate into {lang}: {text}", f"Translate the following text into {lang}:\n\n{text}",
-                             f"{text}\n\nTranslate the text above into {lang}.",
+    lang = rng.choice(load_word_lists().LANGUAGES)
+    return user_turn(rng.choice([f"Translate into {lang}: {text}",
+                                 f"Translate the following text into {lang}:\n\n{text}",
+                                 f"{text}\n\nTranslate the text above into {lang}.",
                              f"English: {text}\n{lang}:"]))
 
 

@@ -1,0 +1,180 @@
+"""How much of MoA's offline text does the target confirm? Client-server runs with a dropped link.
+
+    python -m analysis.offline --prompts 8 --preset 4g --drop 1.0:3.0 --out runs/offline
+    python -m analysis.offline --drafter runs/x/moa/final --horizon 24 --dtype float32 --check
+
+For each held-out evaluation question (the first turn of one question per category, in file
+order) MoA decodes in the simulated client-server split (core.client_server.sim) on a link that
+drops for the given window. While the link is down the client drafts a greedy chain on its own,
+at most `horizon` tokens past the last verified one (default: the distance the drafter was
+trained for, client.offline_horizon_for); when the link is back the target verifies that chain.
+Per drop we count the offline tokens, the confirmed ones (the agreeing prefix), and whether the
+first one was confirmed. Beside it, `online_top1` is the same drafter's top-1 accuracy at depth 1
+in a plain single-process decode of the same prompt: the rate the first offline token should be
+confirmed at, since offline drafting starts from exactly the state an online cycle would.
+
+Timing follows the fixed `CostModel` (not this machine's clock), so a run is reproducible and the
+number of offline tokens does not depend on the CPU. With --check the outputs are compared with
+plain greedy decoding in the same dtype (equal in float32 by construction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from core.client_server.network import PRESETS, parse_window
+
+DEFAULT_QUESTIONS = "assets/prompts/speclens_eval.jsonl"
+
+
+def pick_questions(path: str | Path, n: int) -> list[dict]:
+    """The first question of each category in file order, cycling through categories until n."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    by_cat: dict[str, list[dict]] = {}
+    for r in rows:
+        by_cat.setdefault(r["category"], []).append(r)
+    out: list[dict] = []
+    depth = 0
+    while len(out) < n and any(len(v) > depth for v in by_cat.values()):
+        for qs in by_cat.values():
+            if len(qs) > depth and len(out) < n:
+                out.append(qs[depth])
+        depth += 1
+    return out
+
+
+def drop_stats(run, drops: list[tuple[float, float]]) -> list[dict]:
+    """Per drop that happened during the run: offline tokens shown, confirmed prefix, first confirmed."""
+    final = run.token_ids
+    out = []
+    snaps = run.trace.snapshots
+    for start, end in drops:
+        first = next((s for s in snaps if s["t"] >= start), None)
+        if first is None:  # the run ended before the link dropped (or nothing was drafted offline)
+            continue
+        ver, prov = first["verified"], first["provisional"]
+        truth = final[len(ver):len(ver) + len(prov)]
+        k = 0
+        while k < min(len(prov), len(truth)) and prov[k] == truth[k]:
+            k += 1
+        out.append({"start": start, "end": end, "offline": len(prov), "confirmed": k,
+                    "first_confirmed": bool(prov) and k > 0})
+    return out
+
+
+def online_top1(events) -> tuple[int, int]:
+    """(cycles whose most probable depth-1 draft was the target's next token, cycles with a tree)."""
+    hit = total = 0
+    for e in events[1:]:
+        tree = e.tree
+        if not len(tree):
+            continue
+        depth1 = [i for i, p in enumerate(tree.parents.tolist()) if p == -1]
+        best = max(depth1, key=lambda i: float(tree.draft_probs[i]))
+        total += 1
+        hit += int(int(tree.tokens[best]) == e.new_tokens[0])
+    return hit, total
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+    from tqdm import tqdm
+
+    from core.client_server.client import offline_horizon_for
+    from core.client_server.models import make_drafter, make_target
+    from core.client_server.network import preset
+    from core.client_server.sim import CostModel, simulate
+    from core.decoding import generate
+    from core.drafters.base import Autoregressive
+
+    torch.set_num_threads(args.threads)
+    drops = [parse_window(w) for w in args.drop]
+    net = preset(args.preset, drops)
+    target = make_target("smollm2", args.dtype)
+    drafter, note = make_drafter("moa", target, args.drafter, {})
+    horizon = offline_horizon_for(drafter, args.horizon)
+    rows = []
+    for q in tqdm(pick_questions(args.questions, args.prompts), desc="offline", file=sys.stderr):
+        ids = target.chat_ids(q["turns"][0])
+        res = simulate(target, "moa", drafter, ids, net, args.max_new_tokens, args.seed, CostModel(),
+                       offline_horizon=args.horizon)
+        plain = generate(target, drafter, ids, args.max_new_tokens)
+        hit, total = online_top1(plain.events)
+        row = {"question_id": q["question_id"], "category": q["category"], "new_tokens": len(res.token_ids),
+               "offline_tokens": res.offline_tokens, "confirmed_tokens": res.confirmed_tokens,
+               "drops": drop_stats(res, drops), "online_top1": [hit, total],
+               "offline_stops": [s["reason"] for s in res.offline_stops]}
+        if args.check:
+            ref = generate(target, Autoregressive(), ids, args.max_new_tokens).token_ids
+            row["matches_greedy"] = res.token_ids == ref
+        rows.append(row)
+    drops_seen = [d for r in rows for d in r["drops"]]
+    offline = sum(r["offline_tokens"] for r in rows)
+    confirmed = sum(r["confirmed_tokens"] for r in rows)
+    hit = sum(r["online_top1"][0] for r in rows)
+    total = sum(r["online_top1"][1] for r in rows)
+    summary = {
+        "drafter": note or args.drafter, "dtype": args.dtype, "preset": args.preset, "drop": args.drop,
+        "horizon": horizon, "prompts": len(rows), "drops": len(drops_seen),
+        "offline_tokens": offline, "confirmed_tokens": confirmed,
+        "confirmed_per_drop": round(confirmed / max(1, len(drops_seen)), 3),
+        "confirmed_share": round(confirmed / max(1, offline), 3),
+        "first_token_confirmed": round(sum(d["first_confirmed"] for d in drops_seen) / max(1, len(drops_seen)), 3),
+        "online_top1_depth1": round(hit / max(1, total), 3),
+    }
+    if args.check:
+        summary["matches_greedy"] = sum(bool(r.get("matches_greedy")) for r in rows)
+    return {"summary": summary, "rows": rows}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m analysis.offline", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--drafter", default=None, help="MoA checkpoint folder (default: the shipped one)")
+    p.add_argument("--questions", default=DEFAULT_QUESTIONS)
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--preset", default="4g", choices=list(PRESETS))
+    p.add_argument("--drop", action="append", default=None, metavar="START:END",
+                   help="link down from START to END virtual seconds (repeatable; default 1.0:3.0)")
+    p.add_argument("--horizon", type=int, default=None, help="offline tokens past the last verified one "
+                   "(default: the drafter's trained period_max)")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--check", action="store_true", help="compare each output with plain greedy decoding")
+    p.add_argument("--out", default=None, help="write offline.json here (a folder)")
+    args = p.parse_args(argv)
+    args.drop = args.drop or ["1.0:3.0"]
+    try:
+        for w in args.drop:
+            parse_window(w)
+    except ValueError as err:
+        p.error(str(err))
+    for name, value, low in (("--prompts", args.prompts, 1), ("--max-new-tokens", args.max_new_tokens, 1),
+                             ("--threads", args.threads, 1)):
+        if value < low:
+            p.error(f"{name} must be at least {low}, got {value}")
+    if args.horizon is not None and args.horizon < 0:
+        p.error(f"--horizon must be >= 0 tokens, got {args.horizon}")
+    if not Path(args.questions).is_file():
+        p.error(f"--questions {args.questions}: no such file")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)  # before the run: never lose its output
+    result = run(args)
+    print(json.dumps(result["summary"]))
+    if args.out:
+        (Path(args.out) / "offline.json").write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

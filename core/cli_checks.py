@@ -1,0 +1,187 @@
+"""Checks of what a user types on a command line, shared by every CLI and run before any model loads.
+
+Each check raises `UsageError` (a ValueError) with one plain line that names the bad value and
+the valid ones; a CLI prints it with `report` and exits with status 2, as argparse does.
+Output paths are checked (their folders created) before generating, so a run's result is
+never computed and then lost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+from core.target import Target, check_text, load_target
+
+EXIT_USAGE = 2
+TARGET_NAMES = ("smollm2",)
+
+
+class UsageError(ValueError):
+    """A bad command-line value (one plain line)."""
+
+
+def one_line(err: BaseException | str, limit: int = 400) -> str:
+    """The first non-empty line of an error message, shortened to `limit` characters."""
+    text = str(err).strip()
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(err).__name__ if not text else text)
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def report(err: BaseException | str, code: int = EXIT_USAGE) -> int:
+    """Print `error: <one line>` on stderr and return the exit status."""
+    print(f"error: {one_line(err)}", file=sys.stderr)
+    return code
+
+
+def check_prompt(text: object, flag: str = "--prompt") -> str:
+    """A non-empty prompt that is valid UTF-8 text."""
+    check_text(text, f"{flag}")
+    if not text.strip():
+        raise UsageError(f"{flag} is empty: type something for the model to answer")
+    return text
+
+
+def check_int_range(value: int, flag: str, low: int, high: int | None = None) -> int:
+    if high is not None and not low <= value <= high:
+        raise UsageError(f"{flag} must be between {low} and {high}, got {value}")
+    if value < low:
+        raise UsageError(f"{flag} must be at least {low}, got {value}")
+    return value
+
+
+def check_max_new_tokens(value: int, flag: str = "--max-new-tokens") -> int:
+    from core.decoding import MAX_NEW_TOKENS_LIMIT
+
+    return check_int_range(value, flag, 1, MAX_NEW_TOKENS_LIMIT)
+
+
+def check_seconds(value: float | None, flag: str, default_note: str = "") -> float | None:
+    """A positive, finite number of seconds (None: the tool's default)."""
+    if value is None:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        hint = f"; leave it out for the default ({default_note})" if default_note else ""
+        raise UsageError(f"{flag} must be a positive number of seconds, got {value:g}{hint}")
+    return value
+
+
+def check_device(spec: str, flag: str = "--device") -> str:
+    """auto, cpu, cuda, cuda:N (a GPU this machine has) or mps (where available)."""
+    import torch
+
+    valid = "auto, cpu, cuda or cuda:N"
+    if spec in ("auto", "cpu"):
+        return spec
+    m = re.fullmatch(r"cuda(?::(\d+))?", spec)
+    if m:
+        if not torch.cuda.is_available():
+            raise UsageError(f"{flag} {spec}: this machine has no CUDA GPU that PyTorch can use; "
+                             f"use {flag} cpu or {flag} auto")
+        n = torch.cuda.device_count()
+        if m.group(1) is not None and int(m.group(1)) >= n:
+            raise UsageError(f"{flag} {spec}: this machine has {n} CUDA GPU(s): cuda:0 to cuda:{n - 1}")
+        return spec
+    if spec == "mps":
+        if not torch.backends.mps.is_available():
+            raise UsageError(f"{flag} mps: Apple's MPS backend is not available here; use {flag} cpu or auto")
+        return spec
+    raise UsageError(f"{flag} {spec!r} is not a device; choose one of {valid}")
+
+
+def check_target(spec: str | None, flag: str = "--target", names: tuple[str, ...] = TARGET_NAMES) -> str | None:
+    """A target the loader can open: a name, a checkpoint folder, a .gguf file or a hub id (org/name)."""
+    if spec is None or spec in names:
+        return spec
+    valid = f"{' or '.join(names)} (the shipped model), a checkpoint folder, a .gguf file, or a hub id ORG/NAME"
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UsageError(f"{flag} {spec}: this folder has no config.json, so it is not a Hugging Face "
+                             f"checkpoint; give {valid}")
+        return spec
+    if path.is_file():
+        if not spec.endswith(".gguf"):
+            raise UsageError(f"{flag} {spec}: a file target must be a .gguf file; give {valid}")
+        return spec
+    hub_id = re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", spec) and not spec.endswith(".gguf")
+    if not hub_id or spec.startswith((".", "/", "~")):
+        raise UsageError(f"{flag} {spec}: no such file or folder; give {valid}")
+    return spec  # a hub id: loading it needs the network; a failure there is reported in one line
+
+
+def check_output_file(path: str | None, flag: str) -> Path | None:
+    """The file a run will write: not a folder, its folder created now (before any work) and writable."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise UsageError(f"{flag} {path}: that is a folder; give a file name")
+    folder = p.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UsageError(f"{flag} {path}: cannot create the folder {folder}: part of that path is a file") from None
+    except OSError as err:
+        raise UsageError(f"{flag} {path}: cannot create the folder {folder} ({err.strerror or err})") from None
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"{flag} {path}: the folder {folder} is not writable")
+    return p
+
+
+def check_output_dir(path: str, flag: str) -> Path:
+    """A folder a run will write into: created now (before any work) and writable."""
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{flag} {path}: that is a file; give a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UsageError(f"{flag} {path}: cannot create it: part of that path is a file") from None
+    except OSError as err:
+        raise UsageError(f"{flag} {path}: cannot create it ({err.strerror or err})") from None
+    if not os.access(p, os.W_OK):
+        raise UsageError(f"{flag} {path}: the folder is not writable")
+    return p
+
+
+def parse_json_object(text: str, flag: str) -> dict:
+    """`text` as a JSON object ("" = {})."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{flag} {text!r} is not JSON ({err.msg}); give an object such as "
+                         f"'{{\"depth\": 4}}'") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{flag} {text!r} is a JSON {type(value).__name__}, not an object; give an object "
+                         f"such as '{{\"depth\": 4}}'")
+    return value
+
+
+def check_drafter_folder(spec: str | None, flag: str = "--drafter") -> str | None:
+    """None (the shipped drafter), 'random', or a folder holding config.json and model.safetensors."""
+    if spec is None or spec == "random":
+        return spec
+    folder = Path(spec).expanduser()
+    if not folder.is_dir():
+        raise UsageError(f"{flag} {spec}: no such folder; give a drafter checkpoint folder or 'random'")
+    missing = [n for n in ("config.json", "model.safetensors") if not (folder / n).is_file()]
+    if missing:
+        raise UsageError(f"{flag} {spec}: not a drafter checkpoint (missing {', '.join(missing)}); give a "
+                         f"checkpoint folder or 'random'")
+    return spec
+
+
+def load_target_cleanly(spec: str | None, dtype: str, device: str, flag: str = "--target") -> Target:
+    """load_target, with a failure the checks could not foresee (a hub id offline, a broken checkpoint
+    folder) raised as one ValueError line."""
+    try:
+        return load_target(spec, dtype, device)
+    except (OSError, ImportError) as err:
+        raise UsageError(f"cannot load {flag} {spec or 'smollm2'}: {one_line(err)}") from None

@@ -1,0 +1,392 @@
+"""This machine's cost curve: the time of one target forward pass against the number of tokens in it.
+
+Speculative decoding trades one cheap pass per token for one bigger *verify* pass per cycle. How much
+that bigger pass costs decides the speedup a given tau can reach (docs/ARCHITECTURE.md, "Metrics"):
+
+    ideal speedup = tau x t(1-token pass) / t(verify pass)
+
+On a GPU a pass over a few dozen tokens costs about what a one-token pass costs (decoding is
+memory-bound); on a small CPU it costs noticeably more. The public API is small:
+
+    curve = measure_cost_curve(target)              # timed once per machine, then read from runs/
+    ideal_speedup(tau, curve, tree_size=24)         # the speedup free drafting would give at this tau
+    gpu_ideal_speedup(tau)                          # the same tau under the GPU cost model below
+    matmul_floor_ms(target)                         # bare matmuls of one token through every weight: the floor
+    choose_tree("eagle2", target)                   # the tree size/depth with the best expected tokens/s here
+
+A curve is a JSON-able dict: {"key", "cpu", "torch", "dtype", "device", "target", "context", "repeats",
+"sizes": [1, 2, 4, ...], "ms": [median ms of one pass of that many new tokens over a KV cache of
+`context` tokens], "measured_at"}. Curves are cached in `runs/cost_curve.json` (git-ignored), keyed by
+the CPU model (from /proc/cpuinfo), the torch version, the dtype, the device and the target's
+fingerprint, so the same machine never measures twice. The tiny random test target never times anything:
+it gets `FIXED_CURVE`, a fixed cost model, so tests stay fast and deterministic.
+
+Choosing a tree (`choose_tree`): the model behind `auto` trees, documented here once.
+
+* Acceptance. `p[d]` = P(a cycle accepts at least d draft tokens), measured for the method at a reference
+  tree of depth D0 and N0 nodes (assets/results/summary.json: acceptance_by_position and mean_tree_nodes;
+  else the drafter card's teacher-forced acc@1..k, a top-1 chain: N0 = D0). Conditional rates
+  c[d] = p[d] / p[d-1]; past the last measured depth the last rate repeats.
+* Width. A tree of depth D and N nodes has w = N / D nodes per level; the reference had w0 = N0 / D0.
+  A level of width w catches the right token with c(w) = 1 - (1 - c)^(w / w0): more candidates help, with
+  diminishing returns (each extra w0-wide slice of candidates is treated as an independent chance).
+* Expected tau = 1 + sum over d <= D of prod_{j <= d} c_j(w) (the bonus token counts).
+* Cost per cycle = verify pass of 1 + N tokens (this machine's curve) + drafting: a dynamic tree
+  (EAGLE-2, MoA) runs the drafter once per level, so D x (draft ms per level); the per-level cost is the
+  method's measured draft_ms_per_cycle / D0, scaled by this machine's 1-token pass / the reference run's.
+  Static trees (Medusa, Amphista) draft once per cycle whatever the tree; their per-rank accuracies go
+  through core.drafters.static_tree.best_size instead.
+* The curve is read through its monotone envelope (`monotone`): a spike from a busy machine never makes a
+  bigger pass look cheaper than a smaller one.
+* Choice: the (D, N) of the grid D = 1..8, N = D..min(64, D x top_k) with the best expected tau / cost
+  (tokens/s); a dynamic tree's level never holds more than top_k nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from core.target import Target
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE_FILE = ROOT / "runs" / "cost_curve.json"
+DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_CONTEXT = 200
+PASS_VERSION = "fused-v2"  # bumped when the target pass changes speed (core.target fused layers): re-measure
+# The fixed cost model of tiny test targets (ms by tokens in the pass; the shape of a 2-core CPU's bfloat16
+# curve, core.drafters.static_tree.CPU_PASS_MS): no timing, so tests are fast and deterministic.
+FIXED_CURVE = {"key": "fixed cost model (tiny test target)", "cpu": "none (fixed model)", "torch": "",
+               "dtype": "", "device": "cpu", "target": "", "context": 0, "repeats": 0,
+               "sizes": [1, 8, 32, 64], "ms": [55.0, 59.0, 70.0, 95.0], "measured_at": "", "fixed": True}
+RESULTS = ROOT / "assets" / "results" / "summary.json"
+MAX_AUTO_DEPTH = 8
+MAX_AUTO_TOKENS = 64
+STATIC_TREE_METHODS = ("medusa", "amphista")
+GPU_COST_MODEL = ("a verify pass of a few dozen tokens costs about as much as a one-token pass (decoding is "
+                  "memory-bound on a GPU)")
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name from /proc/cpuinfo (or the platform's processor string elsewhere)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    for line in cpuinfo.splitlines():
+        if line.lower().startswith("model name") and ":" in line:
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def machine_key(target: Target) -> str:
+    """The cache key of a curve: CPU model, torch version, dtype, device and target fingerprint."""
+    dtype = str(target.dtype).replace("torch.", "")
+    return (f"{cpu_model()} | torch {torch.__version__} | {dtype} | {target.device} | {target.fingerprint} | "
+            f"{PASS_VERSION}")
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+@torch.no_grad()
+def _time_sizes(target: Target, sizes: Sequence[int], repeats: int, context: int) -> list[float]:
+    dev = target.device
+    context = max(1, min(context, target.max_positions - max(sizes)))  # stay inside the model's positions
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, target.vocab_size, (context + max(sizes),), generator=gen).to(dev)
+    cache = target.new_cache(capacity=context + max(sizes) + 8)
+    target.forward(ids[:context], cache=cache)  # the context: a KV cache of `context` tokens
+    out = []
+    for n in sizes:
+        new = ids[context:context + n]
+        mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()  # a chain: the cheapest tree mask
+        times = []
+        for r in range(repeats + 1):  # the first pass of each size warms up and is not counted
+            t0 = time.perf_counter()
+            target.forward(new, cache=cache, tree_mask=mask)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            if r:
+                times.append(time.perf_counter() - t0)
+            cache.crop(context)
+        out.append(1000.0 * statistics.median(times))
+    return out
+
+
+def measure_cost_curve(target: Target, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5,
+                       context: int = DEFAULT_CONTEXT, cache_path: str | Path | None = CACHE_FILE,
+                       refresh: bool = False) -> dict:
+    """Median time of one target forward pass of each size (new tokens over a `context`-token KV cache).
+
+    Read from `cache_path` when this machine (see `machine_key`) measured the same sizes before, unless
+    `refresh`; otherwise timed now and written there (`cache_path=None`: never cached).
+    """
+    sizes = sorted({int(s) for s in sizes})
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"sizes must be positive token counts, got {list(sizes)}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    context = max(1, min(int(context), target.max_positions - max(sizes)))  # inside the model's positions
+    key = machine_key(target)
+    cached = _read_cache(Path(cache_path)) if cache_path is not None else {}
+    hit = cached.get(key)
+    if not refresh and isinstance(hit, dict) and hit.get("sizes") == sizes and hit.get("context") == context:
+        return hit
+    ms = _time_sizes(target, sizes, repeats, context)
+    curve = {"key": key, "cpu": cpu_model(), "torch": torch.__version__,
+             "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
+             "target": target.fingerprint, "context": context, "repeats": repeats, "sizes": sizes,
+             "ms": [round(m, 3) for m in ms], "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if cache_path is not None:
+        cached[key] = curve
+        try:
+            Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(cache_path).write_text(json.dumps(cached, indent=1))
+        except OSError:  # a read-only checkout still gets its curve, just not cached
+            pass
+    return curve
+
+
+def pass_ms(curve: dict, n_tokens: float) -> float:
+    """Time of one pass of `n_tokens` new tokens, linear between measured sizes (and beyond the ends)."""
+    xs, ys = [float(s) for s in curve["sizes"]], [float(m) for m in curve["ms"]]
+    if len(xs) == 1:
+        return ys[0]
+    i = 1
+    while i < len(xs) - 1 and n_tokens > xs[i]:
+        i += 1
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return max(1e-9, y0 + (y1 - y0) * (n_tokens - x0) / (x1 - x0))
+
+
+def verify_cost(curve: dict, tree_size: float) -> float:
+    """t(verify pass) / t(1-token pass) for a tree of `tree_size` drafted nodes (the pass holds root + tree)."""
+    return pass_ms(curve, 1.0 + tree_size) / pass_ms(curve, 1.0)
+
+
+def ideal_speedup(tau: float, curve: dict, tree_size: float) -> float:
+    """tau x t(1-token pass) / t(verify pass of 1 + tree_size tokens): the speedup if drafting cost nothing."""
+    return float(tau) / verify_cost(curve, tree_size)
+
+
+def gpu_ideal_speedup(tau: float) -> float:
+    """The ideal speedup of the same tau under the GPU cost model (`GPU_COST_MODEL`): verify pass = 1-token pass."""
+    return float(tau)
+
+
+# ----- the floor and the curve of any target ------------------------------------------------------
+def is_tiny(target: Target) -> bool:
+    """The random tiny test target (core.target.tiny_target): never timed, the fixed cost model instead."""
+    return str(getattr(target, "source", "")).startswith("tiny-")
+
+
+def curve_for(target: Target, cache_path: str | Path | None = CACHE_FILE) -> dict:
+    """This machine's curve for `target` (cached, see measure_cost_curve); FIXED_CURVE for the tiny test target,
+    and for any target when SPECLENS_COST_MODEL=fixed (no timing at all, e.g. while another job owns the CPU)."""
+    if is_tiny(target) or os.environ.get("SPECLENS_COST_MODEL", "").lower() == "fixed":
+        return dict(FIXED_CURVE)
+    env = os.environ.get("SPECLENS_COST_CURVE")  # the app's setting (demo.runtime): the same cache file
+    if cache_path == CACHE_FILE and env:
+        cache_path = None if env.lower() == "none" else env
+    return measure_cost_curve(target, cache_path=cache_path)
+
+
+@torch.no_grad()
+def _time_floor(target: Target, repeats: int) -> float:
+    mats = []
+    for f in target.fused_layers():
+        mats += [f.qkv, f.o, f.gate_up, f.down]
+    mats.append(target.lm_head.weight)
+    x = {m.shape[1]: torch.randn(1, m.shape[1], dtype=target.dtype, device=target.device) for m in mats}
+    times = []
+    for r in range(repeats + 1):  # the first round warms up
+        t0 = time.perf_counter()
+        for m in mats:
+            torch.nn.functional.linear(x[m.shape[1]], m)
+        if target.device.type == "cuda":
+            torch.cuda.synchronize()
+        if r:
+            times.append(time.perf_counter() - t0)
+    return 1000.0 * statistics.median(times)
+
+
+def matmul_floor_ms(target: Target, repeats: int = 20, cache_path: str | Path | None = CACHE_FILE,
+                    refresh: bool = False) -> float:
+    """The memory floor of one decoding step here: one token multiplied through every weight matrix of the
+    target (fused QKV, output, fused gate/up and down of every layer, then the LM head), no attention, no
+    norms, no Python between layers; median of `repeats` rounds, in ms. Cached next to the curve (never for
+    the tiny test target, whose figure means nothing)."""
+    if is_tiny(target) or os.environ.get("SPECLENS_COST_MODEL", "").lower() == "fixed":
+        cache_path = None  # a figure timed while the fixed model is asked for is not worth keeping
+    key = machine_key(target) + " | floor"
+    cached = _read_cache(Path(cache_path)) if cache_path is not None else {}
+    hit = cached.get(key)
+    if not refresh and isinstance(hit, dict) and isinstance(hit.get("ms"), (int, float)):
+        return float(hit["ms"])
+    ms = _time_floor(target, repeats)
+    if cache_path is not None:
+        cached[key] = {"ms": round(ms, 3), "repeats": repeats, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+        try:
+            Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(cache_path).write_text(json.dumps(cached, indent=1))
+        except OSError:
+            pass
+    return ms
+
+
+# ----- choosing the tree (module docstring, "Choosing a tree") -----------------------------------
+def conditional_rates(p_at_least: Sequence[float | None]) -> list[float]:
+    """P(accept >= d) by depth -> P(accept depth d | accepted d - 1); stops at the first missing value.
+
+    Measured per-position rates count only cycles whose tree reached depth d, so a deep, rarely reached
+    depth can show a higher rate than the one above it; the sequence is made non-increasing first."""
+    rates, prev = [], 1.0
+    for p in p_at_least:
+        if p is None or prev <= 0:
+            break
+        p = min(float(p), prev)
+        rates.append(max(0.0, p / prev))
+        prev = p
+    return rates
+
+
+def widened(rate: float, width: float, ref_width: float) -> float:
+    """A level's acceptance with `width` candidates, from the rate measured with `ref_width` (c(w) above)."""
+    return 1.0 - (1.0 - rate) ** (max(width, 1e-9) / max(ref_width, 1e-9))
+
+
+def expected_tau(rates: Sequence[float], depth: int, total_tokens: int, ref_depth: int, ref_total: float) -> float:
+    """1 + expected accepted draft tokens of a (depth, total_tokens) dynamic tree under the model above."""
+    if not rates or depth < 1 or total_tokens < 1:
+        return 1.0
+    depth = min(depth, total_tokens)
+    width, ref_width = total_tokens / depth, max(1.0, ref_total / max(1, ref_depth))
+    tau, reach = 1.0, 1.0
+    for d in range(depth):
+        rate = rates[min(d, len(rates) - 1)]
+        reach *= widened(rate, width, ref_width)
+        tau += reach
+    return tau
+
+
+def method_acceptance(method: str, results: str | Path = RESULTS) -> dict | None:
+    """A method's measured acceptance from a benchmark summary: {"p": P(accept >= d) list, "ref_depth",
+    "ref_total", "draft_ms", "verify_ms_1", "source"}; None when the summary has no such method."""
+    try:
+        data = json.loads(Path(results).read_text())
+        overall = data["methods"][method]["overall"]
+        base = data["methods"].get(data.get("config", {}).get("baseline", "ar"), {}).get("overall", {})
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return None
+    p = [x for x in overall.get("acceptance_by_position") or [] if x is not None]
+    if not p:
+        return None
+    return {"p": p, "ref_depth": len(p), "ref_total": float(overall.get("mean_tree_nodes") or len(p)),
+            "draft_ms": overall.get("draft_ms_per_cycle"), "verify_ms_1": base.get("verify_ms_per_cycle"),
+            "source": f"{Path(results).name}: {method}"}
+
+
+def card_acceptance(metrics: dict | None) -> dict | None:
+    """Acceptance from a drafter card's held-out acc@1..k (teacher-forced top-1 along a chain: N0 = D0)."""
+    if not isinstance(metrics, dict):
+        return None
+    rates = []
+    for d in range(1, MAX_AUTO_DEPTH + 1):
+        v = metrics.get(f"acc@{d}")
+        if not isinstance(v, (int, float)):
+            break
+        rates.append(float(v))
+    if not rates:
+        return None
+    p, reach = [], 1.0
+    for r in rates:
+        reach *= r
+        p.append(reach)
+    return {"p": p, "ref_depth": len(p), "ref_total": float(len(p)), "draft_ms": None, "verify_ms_1": None,
+            "source": "drafter card (held-out acc@k)"}
+
+
+def choose_tree(method: str, target: Target | None = None, curve: dict | None = None,
+                acceptance: dict | None = None, draft_ms_per_level: float | None = None,
+                max_depth: int = MAX_AUTO_DEPTH, max_tokens: int = MAX_AUTO_TOKENS, top_k: int | None = 8,
+                cache_path: str | Path | None = CACHE_FILE) -> dict:
+    """The dynamic tree (depth, total_tokens) with the best expected tokens/s on this machine.
+
+    method: a method label of assets/results/summary.json ("eagle2", "moa", "moa-tli1", ...).
+    curve: this machine's cost curve (default: curve_for(target)). acceptance: method_acceptance's dict
+    (default: read for `method`). draft_ms_per_level: drafting cost of one tree level (default: from the
+    summary, scaled to this machine; 4% of a 1-token pass when unknown). top_k: the dynamic tree's frontier
+    width, so a level holds at most top_k nodes (N <= D x top_k); None: no cap.
+    Returns {"method", "depth", "total_tokens", "expected_tau", "expected_tokens_per_s", "cycle_ms",
+    "draft_ms_per_level", "acceptance", "acceptance_source", "curve" (as measured), "grid": [{depth,
+    total_tokens, tau, ms, tokens_per_s}, ...], "model"}; depth/total_tokens are None when there is no
+    acceptance to go by. Medusa / Amphista (static trees) are sized by
+    core.drafters.static_tree.static_tree_choice (same keys).
+    """
+    if curve is None:
+        if target is None:
+            raise ValueError("choose_tree needs a target or a cost curve")
+        curve = curve_for(target, cache_path)
+    raw, curve = curve, monotone(curve)
+    base = method.removesuffix("+lookup")
+    if acceptance is None and base in STATIC_TREE_METHODS:  # sized by core.drafters.static_tree.static_tree_choice
+        acceptance = {"p": [], "ref_depth": 0, "ref_total": 0, "source": "static tree: see core.drafters.static_tree"}
+    acc = acceptance if acceptance is not None else method_acceptance(base)
+    if acc is not None and not conditional_rates(acc.get("p") or []):
+        acc = None  # nothing measured to go by
+    one = pass_ms(curve, 1.0)
+    if draft_ms_per_level is None:
+        draft_ms_per_level = 0.04 * one
+        if acc and acc.get("draft_ms") and acc.get("verify_ms_1"):
+            draft_ms_per_level = acc["draft_ms"] / max(1, acc["ref_depth"]) * one / acc["verify_ms_1"]
+    out = {"method": method, "depth": None, "total_tokens": None, "expected_tau": 1.0,
+           "expected_tokens_per_s": 1000.0 / one, "cycle_ms": one, "draft_ms_per_level": round(draft_ms_per_level, 3),
+           "acceptance": acc["p"] if acc else [], "acceptance_source": acc["source"] if acc else None,
+           "curve": raw, "grid": [], "model": "core.cost_curve module docstring, 'Choosing a tree'"}
+    if not acc:
+        return out
+    rates = conditional_rates(acc["p"])
+    best = None
+    for depth in range(1, max_depth + 1):
+        for n in range(depth, min(max_tokens, depth * top_k if top_k else max_tokens) + 1):
+            tau = expected_tau(rates, depth, n, acc["ref_depth"], acc["ref_total"])
+            ms = pass_ms(curve, 1.0 + n) + depth * draft_ms_per_level
+            tps = 1000.0 * tau / ms
+            out["grid"].append({"depth": depth, "total_tokens": n, "tau": round(tau, 4), "ms": round(ms, 3),
+                                "tokens_per_s": round(tps, 3)})
+            if best is None or tps > best[0] + 1e-9:
+                best = (tps, depth, n, tau, ms)
+    tps, depth, n, tau, ms = best
+    out.update(depth=depth, total_tokens=n, expected_tau=round(tau, 4), expected_tokens_per_s=round(tps, 3),
+               cycle_ms=round(ms, 3))
+    return out
+
+
+def monotone(curve: dict) -> dict:
+    """The curve with each size's time replaced by the least time of that size or any larger one: a pass of more
+    tokens never costs less than one of fewer, so a lower later point shows that an earlier one was a spike (a
+    busy machine); the tree choice uses this envelope, the stored curve stays as measured."""
+    ms = [float(m) for m in curve["ms"]]
+    for i in range(len(ms) - 2, -1, -1):
+        ms[i] = min(ms[i], ms[i + 1])
+    return {**curve, "ms": ms}
+
+
+def curve_pass_table(curve: dict) -> dict[int, float]:
+    """A curve as the {tokens: ms} table core.drafters.static_tree takes."""
+    return {int(s): float(m) for s, m in zip(curve["sizes"], curve["ms"])}
+

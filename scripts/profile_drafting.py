@@ -1,0 +1,145 @@
+"""Drafting cost against the verify pass, per method (issue 23): where a cycle's time goes.
+
+For each method it runs a few held-out prompts (assets/prompts/speclens_eval.jsonl, first turns), the methods
+interleaved prompt by prompt after a warm-up, and times every cycle's drafting (draft + state update) and
+verify pass (target pass + verification + cache bookkeeping), as the decode loop records them. It prints,
+per method: tau, draft ms per cycle, verify ms per cycle, drafting as a share of the verify pass, tokens/s,
+and, once: this machine's bare-matmul floor and plain decoding's verify pass against it.
+
+    python scripts/profile_drafting.py                      # every method, 6 prompts, 64 tokens, bfloat16
+    python scripts/profile_drafting.py --methods eagle2,moa --prompts 4 --threads 2 --json runs/profile.json
+    python scripts/profile_drafting.py --methods moa --cprofile 25       # + the 25 costliest functions of moa
+
+Timing only means something on a machine nobody else is using.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_METHODS = "ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista"
+QUESTIONS = ROOT / "assets" / "prompts" / "speclens_eval.jsonl"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    from core.target import add_dtype_argument
+
+    p = argparse.ArgumentParser(prog="scripts/profile_drafting.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma-separated (default {DEFAULT_METHODS})")
+    p.add_argument("--prompts", type=int, default=6, help="held-out prompts, spread over the categories (1..76)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    add_dtype_argument(p)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--cprofile", type=int, default=0, metavar="N",
+                   help="also profile each method once and print its N costliest functions")
+    p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    return p.parse_args(argv)
+
+
+def pick_prompts(n: int) -> list[str]:
+    """n first turns spread over the categories (the file's order within a category)."""
+    rows = [json.loads(line) for line in QUESTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    by_cat: dict[str, list[str]] = {}
+    for r in rows:
+        by_cat.setdefault(r.get("category", ""), []).append(r["turns"][0])
+    out, i = [], 0
+    while len(out) < n and any(i < len(v) for v in by_cat.values()):
+        out += [v[i] for v in by_cat.values() if i < len(v)]
+        i += 1
+    return out[:n]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from core import cli_checks as checks
+    from core.methods import build_drafter, check_method
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    try:
+        for m in methods:
+            check_method(m)
+        checks.check_int_range(args.prompts, "--prompts", 1, 76)
+        checks.check_max_new_tokens(args.max_new_tokens)
+        checks.check_device(args.device)
+        if args.threads is not None:
+            checks.check_int_range(args.threads, "--threads", 1)
+    except ValueError as err:
+        return checks.report(err)
+    import torch
+
+    from core import cost_curve
+    from core.decoding import generate
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target = checks.load_target_cleanly(None, args.dtype, args.device)
+    drafters = {m: build_drafter(m, target) for m in methods}
+    prompts = [target.chat_ids(p) for p in pick_prompts(args.prompts)]
+    for m in methods:  # warm-up (also sizes `auto` trees: the cost curve is measured or read from its cache)
+        generate(target, drafters[m], prompts[0], 16)
+    floor = cost_curve.matmul_floor_ms(target)
+    times = {m: {"draft": [], "verify": [], "tokens": 0, "steps": 0, "wall": 0.0} for m in methods}
+    for i, ids in enumerate(prompts):
+        for m in methods[i % len(methods):] + methods[:i % len(methods)]:
+            r = generate(target, drafters[m], ids, args.max_new_tokens)
+            t = times[m]
+            for e in r.events[1:]:
+                t["draft"].append(e.draft_time)
+                t["verify"].append(e.verify_time)
+            t["tokens"] += r.new_tokens
+            t["steps"] += r.steps
+            t["wall"] += sum(e.draft_time + e.verify_time for e in r.events)
+    rows = []
+    for m in methods:
+        t = times[m]
+        draft_ms = 1000 * statistics.fmean(t["draft"]) if t["draft"] else 0.0
+        verify_ms = 1000 * statistics.fmean(t["verify"]) if t["verify"] else 0.0
+        d = drafters[m]
+        inner = getattr(d, "inner", d)
+        cfg = getattr(inner, "config", None)
+        tree = (f"d{cfg.depth}/n{cfg.total_tokens}" if hasattr(cfg, "total_tokens") else
+                f"n{len(inner.tree_paths)}" if getattr(inner, "tree_paths", None) else "-")
+        rows.append({"method": m, "tau": t["tokens"] / max(1, t["steps"]), "draft_ms": draft_ms,
+                     "verify_ms": verify_ms, "draft_share": draft_ms / verify_ms if verify_ms else None,
+                     "tokens_per_s": t["tokens"] / t["wall"] if t["wall"] else 0.0, "tree": tree,
+                     "tree_auto": bool(getattr(inner, "tree_auto", False))})
+    ar = next((r for r in rows if r["method"] == "ar"), None)
+    print(f"target {target.source} {str(target.dtype).replace('torch.', '')} on {target.device}, "
+          f"{torch.get_num_threads()} threads, {len(prompts)} prompts x {args.max_new_tokens} tokens")
+    print(f"bare-matmul floor (1 token through every weight): {floor:.2f} ms"
+          + (f"; plain decoding's pass: {ar['verify_ms']:.2f} ms = {ar['verify_ms'] / floor:.2f}x the floor"
+             if ar else ""))
+    print(f"{'method':18s} {'tree':9s} {'tau':>5s} {'draft ms':>9s} {'verify ms':>10s} {'draft/verify':>13s} "
+          f"{'tok/s':>7s}")
+    for r in rows:
+        share = f"{100 * r['draft_share']:.0f}%" if r["draft_share"] is not None else "-"
+        print(f"{r['method']:18s} {r['tree'] + ('*' if r['tree_auto'] else ''):9s} {r['tau']:5.2f} "
+              f"{r['draft_ms']:9.2f} {r['verify_ms']:10.2f} {share:>13s} {r['tokens_per_s']:7.2f}")
+    print("(* = auto tree, sized for this machine by core.cost_curve.choose_tree)")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"floor_ms": floor, "rows": rows, "when": time.time()}, indent=1))
+    for m in methods if args.cprofile > 0 else ():
+        prof = cProfile.Profile()
+        prof.enable()
+        generate(target, drafters[m], prompts[0], args.max_new_tokens)
+        prof.disable()
+        print(f"\n--- {m}: {args.cprofile} costliest functions (own time) ---")
+        pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(args.cprofile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""MoA's offline drafting: what the client drafts while the link is down, and where it stops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.client_server import client as client_module
+from core.client_server.client import chain_options, greedy_path, offline_horizon_for
+from core.client_server.models import make_drafter, make_target
+from core.client_server.network import preset
+from core.client_server.sim import CostModel, simulate
+from core.decoding import generate
+from core.drafters.base import Autoregressive
+from core.drafters.moa import MoADrafter
+from tests.helpers import tiny_prompts
+from tests.test_eagle2 import quick_train, self_distill_batch
+
+VOCAB = 64
+MOA_SMALL = {"lsa_heads": 2, "depth": 4, "top_k": 4, "total_tokens": 12}
+COST = CostModel()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return make_target("tiny")
+
+
+@pytest.fixture(scope="module")
+def trained(tiny):
+    prompts = tiny_prompts(VOCAB, n=2, length=8, seed=1)
+    moa = MoADrafter.random(tiny, seed=0, period_max=6, **MOA_SMALL)
+    quick_train(moa, self_distill_batch(tiny, moa.train_needs, prompts), steps=30)
+    return moa, prompts
+
+
+def record_offline_starts(monkeypatch) -> list[tuple[list[int], list[int]]]:
+    """Patch the client so that each offline step also records the online drafter's greedy path from the
+    same state: (what an online cycle would draft first, what the offline step drafted)."""
+    seen: list[tuple[list[int], list[int]]] = []
+    original = client_module.Client._draft_offline
+
+    def patched(self):
+        root = self.provisional[-1] if self.provisional else self.root
+        online = greedy_path(self.drafter.draft(root))
+        before = len(self.provisional)
+        original(self)
+        seen.append((online, self.provisional[before:]))
+
+    monkeypatch.setattr(client_module.Client, "_draft_offline", patched)
+    return seen
+
+
+def test_default_horizon_is_the_trained_one(trained):
+    moa, _ = trained
+    assert offline_horizon_for(moa) == 6
+    assert offline_horizon_for(moa, 3) == 3 and offline_horizon_for(moa, 0) == 0
+    for bad in (-1, 2.5, True, "7"):
+        with pytest.raises(ValueError, match="offline_horizon"):
+            offline_horizon_for(moa, bad)
+
+
+@pytest.mark.parametrize("horizon", [None, 3, 0])
+def test_offline_drafting_stops_at_the_horizon(tiny, trained, horizon):
+    moa, prompts = trained
+    prompt = prompts[0]
+    ref = generate(tiny, Autoregressive(), prompt, 40, stop_tokens=set()).token_ids
+    run = simulate(tiny, "moa", moa, prompt, preset("4g", [(0.2, 3.2)]), 40, timing=COST, stop_tokens=set(),
+                   offline_horizon=horizon)
+    assert run.token_ids == ref  # lossless whatever the horizon
+    limit = 6 if horizon is None else horizon
+    assert run.offline_horizon == limit
+    shown_ahead = max(p["shown"] - p["verified"] for p in run.trace.progress)
+    assert shown_ahead == limit, "offline text fills the horizon during a 3 s drop, and never passes it"
+    if limit:
+        assert [s["reason"] for s in run.offline_stops][:1] == ["horizon"]
+        assert all(s["provisional"] <= limit for s in run.offline_stops)
+    else:
+        assert run.offline_tokens == 0 and run.offline_stops == []
+
+
+def test_offline_chain_is_the_online_greedy_path(tiny, trained, monkeypatch):
+    """Each offline step drafts exactly what the online drafter's tree puts first from the same state."""
+    moa, prompts = trained
+    seen = record_offline_starts(monkeypatch)
+    simulate(tiny, "moa", moa, prompts[1], preset("4g", [(0.2, 1.5)]), 30, timing=COST, stop_tokens=set())
+    assert seen
+    for online, offline in seen:  # the tree may keep a shorter top path than the chain drafts: compare both
+        n = min(len(online), len(offline))
+        assert n and offline[:n] == online[:n]
+
+
+def test_chain_options_draw_the_tree_top_path(tiny, trained):
+    """The chain drafter (top_k = 1) and the full tree agree along the most probable path."""
+    moa, prompts = trained
+    events = generate(tiny, moa, prompts[0], 6, stop_tokens=set()).events
+    root = events[-1].bonus
+    full = greedy_path(moa.draft(root))
+    with chain_options(moa):
+        chain = greedy_path(moa.draft(root))
+    assert chain and chain == full[:len(chain)]
+
+
+@pytest.mark.real
+def test_real_target_offline_starts_where_online_would(monkeypatch):
+    """On the real target with the shipped MoA drafter: every offline step starts with the online top path."""
+    target = make_target("smollm2", "bfloat16")
+    moa, _ = make_drafter("moa", target, None, {})
+    seen = record_offline_starts(monkeypatch)
+    torch.manual_seed(0)
+    for text in ("List the planets of the solar system in order.", "Write a Python function for the factorial of n."):
+        ids = target.chat_ids(text)
+        simulate(target, "moa", moa, ids, preset("4g", [(0.5, 2.0)]), 48, timing=COST)
+    assert seen
+    for online, offline in seen:  # the tree may keep a shorter top path than the chain drafts: compare both
+        n = min(len(online), len(offline))
+        assert n and offline[:n] == online[:n]
+
+
+def test_cli_offline_horizon(capsys):
+    import json
+
+    from core.client_server.__main__ import main
+
+    args = ["--method", "moa", "--preset", "4g", "--disconnect", "0.3:2.3", "--prompt", "hello there",
+            "--target", "tiny", "--max-new-tokens", "16", "--timing", "model", "--check", "--json",
+            "--drafter", "random", "--drafter-options", json.dumps(MOA_SMALL)]
+    assert main(args + ["--offline-horizon", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["matches_greedy"] and out["offline_horizon"] == 2
+    assert out["offline_stops"] and out["offline_stops"][0]["reason"] == "horizon"
+    assert main(args + ["--offline-horizon", "-1"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--offline-horizon" in err and "-1" in err

@@ -1,0 +1,130 @@
+"""The code's shape: no Python file in core/, analysis/ or demo/ over 700 lines, no import circles between the
+project's modules (lazy imports inside functions count too), and no drafter importing a sibling drafter
+(shared machinery lives in core/drafters/trained.py). Read from the source with `ast`; nothing is imported."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("core", "analysis", "demo")
+MAX_LINES = 700
+DRAFTERS = ("pld", "eagle2", "moa", "medusa", "amphista")
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the project's packages and app.py."""
+    mods = {"app": root / "app.py"}
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            mods[name] = path
+    return mods
+
+
+def _type_checking_only(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported_modules(path: Path, name: str, known: set[str]) -> set[str]:
+    """The project modules a file imports, anywhere in it (type-checking-only blocks left out)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _type_checking_only(block)
+            for stmt in block.body for n in ast.walk(stmt)}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in known else base)
+    return {m for m in found if m in known and m != name}
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    mods = project_modules(root)
+    return {name: imported_modules(path, name, set(mods)) for name, path in mods.items()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_file_over_the_line_limit():
+    long = {str(p.relative_to(ROOT)): n for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"files over {MAX_LINES} lines (split them by concern): {long}"
+
+
+def test_no_import_circles():
+    cycles = import_cycles(import_graph())
+    assert not cycles, "import circles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("drafter", DRAFTERS)
+def test_drafters_do_not_import_each_other(drafter):
+    graph = import_graph()
+    siblings = {f"core.drafters.{d}" for d in DRAFTERS if d != drafter}
+    assert not graph[f"core.drafters.{drafter}"] & siblings
+
+
+def test_the_checks_see_a_circle_and_the_real_imports(tmp_path):
+    """The checks themselves: a planted circle (through a lazy import) is found, and a known edge is seen."""
+    pkg = tmp_path / "core"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from core.b import x\n")
+    (pkg / "b.py").write_text("def x():\n    from core import a\n    return a\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from core.a import y\n")
+    for other in ("analysis", "demo"):
+        (tmp_path / other).mkdir()
+    (tmp_path / "app.py").write_text("import core.c\n")
+    graph = import_graph(tmp_path)
+    assert import_cycles(graph) == [["core.a", "core.b"]]
+    assert graph["core.c"] == set() and graph["app"] == {"core.c"}
+    assert "core.training.trainer" in import_graph()["core.training.train"]
