@@ -239,7 +239,7 @@ def floor_table(summary: dict) -> str:
         o = res["overall"]
         tree = (cfg.get("trees") or {}).get(method) or {}
         shape = f"d{tree['depth']}/n{tree['total_tokens']}{' auto' if tree.get('auto') else ''}" if tree else "-"
-        ideal = o.get("ideal_speedup_curve") if o.get("ideal_speedup_curve") is not None else o.get("ideal_speedup")
+        ideal = o.get("ideal_speedup")
         lines.append(f"| {method} | {shape} | {f(o.get('verify_ms_per_cycle'))} | {f(o.get('verify_over_floor'))} | "
                      f"{f(o.get('draft_ms_per_cycle'))} | {f(o.get('draft_share'), '{:.0%}')} | {f(ideal)} | "
                      f"{f(o.get('speedup'))} | {f(o.get('share_of_ideal'), '{:.0%}')} |")
@@ -305,6 +305,13 @@ def resolve_drafter(label: str, specs: Mapping[str, str], drafter_dir: str | Non
     return specs.get("*")
 
 
+def fix_tree(drafter: Drafter) -> None:
+    """Keep the tree a checkpoint stores instead of sizing it for this machine (bench --trees fixed)."""
+    inner = getattr(drafter, "inner", drafter)
+    if hasattr(inner, "tree_auto"):
+        inner.tree_auto, inner.tree_choice = False, None
+
+
 def build_drafters(target: Target, labels: Sequence[str], specs: Mapping[str, str], drafter_dir: str | None
                    ) -> tuple[dict[str, Drafter], dict[str, str]]:
     from core.methods import build_drafter
@@ -341,6 +348,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--drafter", action="append", default=[],
                    help="'random' (every trained drafter untrained), or METHOD=PATH / METHOD=random; repeatable")
     p.add_argument("--drafter-dir", default=None, help="folder holding <method>/ checkpoints (tried first)")
+    p.add_argument("--trees", choices=["auto", "fixed"], default="auto",
+                   help="auto: each drafter's tree sized for this machine (the default everywhere); fixed: the "
+                        "tree stored in each checkpoint, the same for every dynamic-tree method (compare tau)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--no-record", action="store_true", help="skip step traces (no failure analysis)")
     p.add_argument("--no-warmup", action="store_true")
@@ -413,11 +423,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"loading target ({args.dtype})...", file=sys.stderr)
         target = checks.load_target_cleanly(args.target, args.dtype, args.device)
         drafters, sources = build_drafters(target, labels, specs, args.drafter_dir)
+        if args.trees == "fixed":
+            for d in drafters.values():
+                fix_tree(d)
     except (ValueError, FileNotFoundError, KeyError) as err:
         return checks.report(err)
     except OSError as err:  # the questions file cannot be read
         return checks.report(f"{err.filename or args.questions}: {err.strerror or err}")
-    meta = {"questions_file": str(args.questions), "drafters": sources,
+    meta = {"questions_file": str(args.questions), "drafters": sources, "tree_mode": args.trees,
             "command": "python -m analysis.bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))}
     summary = run_benchmark(target, drafters, questions, args.out, max_new_tokens=args.max_new_tokens,
                             sampling=sampling, record=not args.no_record, warmup=not args.no_warmup,

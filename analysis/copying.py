@@ -129,14 +129,13 @@ def copying_figure(result: dict) -> go.Figure:
 def _tokenizer_chat_ids() -> Callable[[list[dict]], list[int]]:
     from transformers import AutoTokenizer
 
-    from core.target import smollm2_location
+    from core.target import chat_template_ids, smollm2_location
 
     folder, gguf = smollm2_location()
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
 
     def chat_ids(messages: list[dict]) -> list[int]:
-        enc = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(enc["input_ids"] if isinstance(enc, dict) or hasattr(enc, "keys") else enc)
+        return chat_template_ids(tok, messages)  # message text stays text, as in every entry point
 
     return chat_ids
 

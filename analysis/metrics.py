@@ -24,10 +24,11 @@ Definitions (the same everywhere in the project):
 * ideal speedup = tau x t(1-token pass) / t(verify pass), with t(1-token pass)
   = `ar`'s verify time per cycle and t(verify pass) = the method's: the speedup
   a drafter that costs nothing would reach with this tau.
+* `share_of_ideal` = speedup / ideal_speedup: how much of what this tau could give the method keeps once
+  drafting is paid (both passes timed in the same run, so the app, the report and the README agree).
 * With this machine's cost curve (core.cost_curve) also `ideal_speedup_curve` = tau x t(1) / t(1 + mean
-  tree nodes), both from the curve (bare target passes, no verification bookkeeping), and
-  `share_of_ideal` = speedup / ideal_speedup_curve (else / ideal_speedup): how much of what this tau
-  could give the method keeps once drafting and bookkeeping are paid.
+  tree nodes), both from the curve (bare target passes, no verification bookkeeping): the same limit
+  from separately timed passes, for comparison.
 * `draft_share` = draft ms / verify ms per cycle; `floor_ms` = the bare-matmul floor (one token through
   every weight matrix of the target, core.cost_curve.matmul_floor_ms) and `verify_over_floor` = the
   method's verify ms per cycle / floor_ms (plain decoding's is how far a target pass is from the floor).
@@ -55,7 +56,7 @@ DEFINITIONS = {
     "per_cycle": "a cycle = one draft + one verify pass; the prefill is not a cycle",
     "ideal_speedup_curve": "tau x t(1-token pass) / t(pass of 1 + mean_tree_nodes tokens), both from this "
                            "machine's cost curve (core.cost_curve)",
-    "share_of_ideal": "speedup / ideal_speedup_curve (ideal_speedup when no curve was measured)",
+    "share_of_ideal": "speedup / ideal_speedup (both from this run)",
     "draft_share": "draft_ms_per_cycle / verify_ms_per_cycle",
     "floor_ms": "bare matmuls of one token through every weight matrix of the target (no attention, no Python "
                 "between them): the memory floor of one decoding step on this machine",
@@ -230,9 +231,8 @@ def finalize(stats: dict, ar: dict | None = None, identical: float | None = None
     ideal_curve = ideal_speedup_from_curve(t, curve, nodes)
     spd = speedup(tps, ar_tps) if ar is not None else None
     out["ideal_speedup_curve"] = _r(ideal_curve)
-    out["share_of_ideal"] = _r(share(spd, ideal_curve if ideal_curve is not None else
-                                     (ideal_speedup(t, _per_cycle_ms(ar["verify_time"], ar["cycles"]), verify_ms)
-                                      if ar is not None else None)))
+    out["share_of_ideal"] = _r(share(spd, ideal_speedup(t, _per_cycle_ms(ar["verify_time"], ar["cycles"]),
+                                                        verify_ms) if ar is not None else None))
     out["draft_share"] = _r(share(_per_cycle_ms(stats["draft_time"], stats["cycles"]), verify_ms))
     out["floor_ms"] = _r(floor_ms, 3)
     out["verify_over_floor"] = _r(share(verify_ms, floor_ms), 3)

@@ -4,8 +4,9 @@
 
 `--candidates` is a folder of MoA checkpoints named by benchmark label (`moa@wide/`,
 `moa@h24/`, ...; see core.methods, "METHOD@NAME"). The shipped `moa`, `moa-tli1`, `moa-tli3`
-and EAGLE-2 come along as references. One interleaved `analysis.bench` run measures every
-label on the held-out evaluation questions (tau, acceptance by depth, tokens/s, speedup,
+and EAGLE-2 come along as references. One interleaved `analysis.bench --trees fixed` run (every
+dynamic tree the same: depth 5, top_k 8, 24 nodes, so tau compares drafters, not trees) measures
+every label on the held-out evaluation questions (tau, acceptance by depth, tokens/s, speedup,
 drafting time per cycle); then `analysis.offline` runs each N=0 candidate in the simulated
 client-server split with a dropped link (confirmed offline tokens per drop). The table names
 each row's architecture from its config.json, so that it stands as the evidence for the
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = bench.main(["--questions", "assets/prompts/speclens_eval.jsonl", "--methods", ",".join(methods),
                          "--drafter-dir", str(candidates), "--max-new-tokens", str(args.max_new_tokens),
                          "--per-category", str(args.per_category), "--threads", str(args.threads),
-                         "--out", str(out / "bench")])
+                         "--trees", "fixed", "--out", str(out / "bench")])
         if rc:
             return rc
     summary = json.loads((out / "bench" / "summary.json").read_text())

@@ -15,7 +15,8 @@ greedy token by distance from the last verified position, three ways:
 
 If CA carried what EAGLE-2's feature carries, accuracy at distance 1 would sit well above
 distance 6 and far above `no_ca`. The gap between `normal` and `no_ca` is what the target's
-activations add.
+activations add. `ca_attention` says where cross-attention looks: how peaked its weights are, how much
+falls on the last verified token, and how far back its peak lies.
 """
 
 from __future__ import annotations
@@ -75,7 +76,46 @@ def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0) ->
         out[variant] = {k: round(float(hits[k] / counts[k]), 4) if counts[k] else None
                         for k in range(1, DISTANCES + 1)}
     return {"drafter": drafter_path or note, "sequences": len(seqs), "data": data,
-            "top1_by_distance": out}
+            "top1_by_distance": out, "ca_attention": ca_attention(d, target, seqs)}
+
+
+def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
+    """Where cross-attention looks, on the first n sequences verified every `period` tokens: the normalised
+    entropy of its weights (0 = one position, 1 = uniform), the weight on the last verified position, and
+    how far back from it the most attended position lies (median)."""
+    import torch
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from core.target import decoder_layer
+    from core.training.data import collate, target_batch
+
+    ids, loss, attn = collate(seqs, list(range(min(n, len(seqs)))), target.device)
+    with torch.no_grad():
+        batch = target_batch(target, d.train_needs, ids, loss.float(), attn.float())
+        b, t = ids.shape
+        last = d.last_verified(batch, period=torch.full((b,), period))
+        pos = torch.arange(t)[None].expand(b, t)
+        cos, sin = d._rope(pos)
+        vec, _ = d.lsa(batch.layer_kv.reshape(b * t, batch.layer_kv.shape[2], -1))
+        causal = pos[:, None, :] <= pos[:, :, None]
+        sa_out, _ = decoder_layer(d.sa, target.embed_tokens(ids).to(d._dtype), cos, sin, causal[:, None], None, 0,
+                                  target.head_dim)
+        k, _ = d.ca.memory(vec.view(b, t, -1), cos, sin)
+        q = d.ca.q_proj(d.ca_norm(sa_out)).view(b, t, d.ca.heads, d.ca.head_dim).transpose(1, 2)
+        q, _ = apply_rotary_pos_emb(q, q, cos, sin)
+        k = k.repeat_interleave(d.ca.heads // d.ca.kv_heads, dim=1)
+        mask = (pos[:, None, :] <= last[:, :, None])[:, None]
+        logits = (q.float() @ k.float().transpose(-1, -2)) / d.ca.head_dim ** 0.5
+        p = torch.softmax(logits.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+    ok = ((last >= period) & loss.bool() & attn.bool())[:, None, :].expand(b, d.ca.heads, t)
+    n_mem = mask.sum(-1).float().expand_as(ok)
+    entropy = -(p * torch.log(p.clamp_min(1e-12))).sum(-1) / torch.log(n_mem.clamp_min(2))
+    on_last = p.gather(-1, last.clamp_min(0)[:, None, :, None].expand(b, d.ca.heads, t, 1)).squeeze(-1)
+    back = last[:, None, :].expand(b, d.ca.heads, t) - p.argmax(-1)
+    return {"normalised_entropy": round(float(entropy[ok].mean()), 4),
+            "weight_on_last_verified": round(float(on_last[ok].mean()), 4),
+            "uniform_weight": round(float((1 / n_mem)[ok].mean()), 4),
+            "peak_distance_back_median": float(back[ok].float().median())}
 
 
 def main(argv: list[str] | None = None) -> int:

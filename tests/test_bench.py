@@ -178,3 +178,18 @@ def test_model_cards_get_the_measured_tau(run, tmp_path):
     assert f"speedup {orc['speedup']:.2f}x" in text and text.endswith("## Hyper-parameters\n")
     assert cards.update_cards(out / "summary.json", tmp_path) == ["oracle"]  # a second run replaces its own line
     assert text == card.read_text()
+
+
+def test_fixed_trees_keep_the_checkpoint_tree():
+    """bench --trees fixed: a drafter (or the one inside a lookup branch) keeps its stored tree."""
+    from core.drafters.lookup_branch import LookupBranch
+    from core.drafters.moa import MoADrafter
+
+    target = tiny_target()
+    d = MoADrafter.random(target, seed=0)
+    wrapped = LookupBranch(MoADrafter.random(target, seed=0))
+    assert d.tree_auto and wrapped.inner.tree_auto
+    bench.fix_tree(d)
+    bench.fix_tree(wrapped)
+    bench.fix_tree(Autoregressive())  # no tree: nothing to do
+    assert not d.tree_auto and not wrapped.inner.tree_auto and d.tree_choice is None

@@ -1,0 +1,58 @@
+"""The MoA analyses' own logic (analysis.offline, analysis.moa_ablation, analysis.moa_channels), no real model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from analysis import moa_ablation, moa_channels, offline
+from core.tree import DraftTree
+
+
+def test_pick_questions_cycles_through_categories(tmp_path):
+    rows = [{"question_id": i, "category": c, "turns": ["q"]} for i, c in enumerate("aabbbc")]
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    assert [q["question_id"] for q in offline.pick_questions(path, 5)] == [0, 2, 5, 1, 3]
+    assert len(offline.pick_questions(path, 50)) == 6
+
+
+def test_drop_stats_counts_the_confirmed_prefix():
+    trace = SimpleNamespace(snapshots=[{"t": 0.5, "verified": [1], "provisional": [9]},
+                                       {"t": 1.2, "verified": [1, 2], "provisional": [3, 4, 7, 8]},
+                                       {"t": 5.0, "verified": [1, 2, 3, 4, 5], "provisional": [6]}])
+    run = SimpleNamespace(token_ids=[1, 2, 3, 4, 5, 6], trace=trace)
+    stats = offline.drop_stats(run, [(1.0, 3.0), (4.0, 6.0), (9.0, 10.0)])
+    assert [(s["offline"], s["confirmed"], s["first_confirmed"]) for s in stats] == [(4, 2, True), (1, 1, True)]
+
+
+def test_online_top1_reads_the_most_probable_depth1_node():
+    tree = DraftTree(torch.tensor([5, 6, 7]), torch.tensor([-1, -1, 0]), torch.tensor([0.3, 0.6, 0.9]))
+    events = [None, SimpleNamespace(tree=tree, new_tokens=[6, 8]), SimpleNamespace(tree=tree, new_tokens=[5]),
+              SimpleNamespace(tree=DraftTree.empty(), new_tokens=[1])]
+    assert offline.online_top1(events) == (1, 2)
+
+
+def test_offline_cli_checks_before_loading():
+    for argv in (["--prompts", "0"], ["--horizon", "-2"], ["--drop", "3:1"], ["--preset", "6g"]):
+        with pytest.raises(SystemExit) as err:
+            offline.parse_args(argv)
+        assert err.value.code == 2
+
+
+def test_ablation_reads_each_checkpoints_architecture():
+    arch = moa_ablation.architecture(Path("assets/drafters/moa"))
+    assert arch == {"lsa": "narrow (128)", "ca_mlp": True, "tli": 0, "period": "6-14", "staircase": "window"}
+    with pytest.raises(SystemExit):
+        moa_ablation.main(["--candidates", "no/such/folder", "--out", "x"])
+
+
+def test_channels_cli_checks_before_loading(tmp_path):
+    for argv in (["--sequences", "0"], ["--data", str(tmp_path / "none.npz")], ["--drafter", str(tmp_path)]):
+        with pytest.raises(SystemExit) as err:
+            moa_channels.main(argv)
+        assert err.value.code == 2
