@@ -46,6 +46,8 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
+from core.cost_curve import pass_ms
+
 DEFINITIONS = {
     "tau": "new tokens / target forward passes (prefill counted; plain decoding = 1.0)",
     "acceptance_by_position": "index i-1: cycles that accepted >= i draft tokens / cycles whose tree reached depth i",
@@ -164,22 +166,11 @@ def ideal_speedup(tau_value: float, t_single: float | None, t_verify: float | No
     return tau_value * t_single / t_verify
 
 
-def curve_ms(curve: dict, n_tokens: float) -> float:
-    """A cost curve's pass time of `n_tokens` (linear between measured sizes, as core.cost_curve.pass_ms)."""
-    xs, ys = [float(x) for x in curve["sizes"]], [float(y) for y in curve["ms"]]
-    if len(xs) == 1:
-        return ys[0]
-    i = 1
-    while i < len(xs) - 1 and n_tokens > xs[i]:
-        i += 1
-    return max(1e-9, ys[i - 1] + (ys[i] - ys[i - 1]) * (n_tokens - xs[i - 1]) / (xs[i] - xs[i - 1]))
-
-
 def ideal_speedup_from_curve(tau_value: float, curve: dict | None, mean_tree_nodes: float | None) -> float | None:
     """tau x t(1-token pass) / t(pass of 1 + mean_tree_nodes tokens), both read off the cost curve."""
     if not curve or mean_tree_nodes is None:
         return None
-    return tau_value * curve_ms(curve, 1.0) / curve_ms(curve, 1.0 + mean_tree_nodes)
+    return tau_value * pass_ms(curve, 1.0) / pass_ms(curve, 1.0 + mean_tree_nodes)
 
 
 def share(x: float | None, of: float | None) -> float | None:
