@@ -121,16 +121,20 @@ def check_output_file(path: str | None, flag: str) -> Path | None:
     p = Path(path).expanduser()
     if p.is_dir():
         raise UsageError(f"{flag} {path}: that is a folder; give a file name")
-    folder = p.parent
+    _writable_folder(p.parent, f"{flag} {path}", f"the folder {p.parent}")
+    return p
+
+
+def _writable_folder(folder: Path, said: str, it: str) -> None:
+    """Create `folder` (with its parents) and check it is writable; `said` / `it` word the one-line error."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise UsageError(f"{flag} {path}: cannot create the folder {folder}: part of that path is a file") from None
+        raise UsageError(f"{said}: cannot create {it}: part of that path is a file") from None
     except OSError as err:
-        raise UsageError(f"{flag} {path}: cannot create the folder {folder} ({err.strerror or err})") from None
+        raise UsageError(f"{said}: cannot create {it} ({err.strerror or err})") from None
     if not os.access(folder, os.W_OK):
-        raise UsageError(f"{flag} {path}: the folder {folder} is not writable")
-    return p
+        raise UsageError(f"{said}: {it} is not writable")
 
 
 def check_output_dir(path: str, flag: str) -> Path:
@@ -138,14 +142,7 @@ def check_output_dir(path: str, flag: str) -> Path:
     p = Path(path).expanduser()
     if p.exists() and not p.is_dir():
         raise UsageError(f"{flag} {path}: that is a file; give a folder")
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise UsageError(f"{flag} {path}: cannot create it: part of that path is a file") from None
-    except OSError as err:
-        raise UsageError(f"{flag} {path}: cannot create it ({err.strerror or err})") from None
-    if not os.access(p, os.W_OK):
-        raise UsageError(f"{flag} {path}: the folder is not writable")
+    _writable_folder(p, f"{flag} {path}", "it")
     return p
 
 
@@ -176,6 +173,22 @@ def check_drafter_folder(spec: str | None, flag: str = "--drafter") -> str | Non
         raise UsageError(f"{flag} {spec}: not a drafter checkpoint (missing {', '.join(missing)}); give a "
                          f"checkpoint folder or 'random'")
     return spec
+
+
+def check_device_and_threads(device: str, threads: int | None) -> None:
+    """The `--device` / `--threads` pair every measuring script takes (checked before any model loads)."""
+    check_device(device)
+    if threads is not None:
+        check_int_range(threads, "--threads", 1)
+
+
+def target_for_script(dtype: str, device: str, threads: int | None) -> Target:
+    """A measuring script's shipped target, after `threads` torch threads are set (None: torch's default)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    return load_target_cleanly(None, dtype, device)
 
 
 def load_target_cleanly(spec: str | None, dtype: str, device: str, flag: str = "--target") -> Target:

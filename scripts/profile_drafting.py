@@ -72,9 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             check_method(m)
         checks.check_int_range(args.prompts, "--prompts", 1, 76)
         checks.check_max_new_tokens(args.max_new_tokens)
-        checks.check_device(args.device)
-        if args.threads is not None:
-            checks.check_int_range(args.threads, "--threads", 1)
+        checks.check_device_and_threads(args.device, args.threads)
     except ValueError as err:
         return checks.report(err)
     import torch
@@ -82,9 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from core import cost_curve
     from core.decoding import generate
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    target = checks.load_target_cleanly(None, args.dtype, args.device)
+    target = checks.target_for_script(args.dtype, args.device, args.threads)
     drafters = {m: build_drafter(m, target) for m in methods}
     prompts = [target.chat_ids(p) for p in pick_prompts(args.prompts)]
     for m in methods:  # warm-up (also sizes `auto` trees: the cost curve is measured or read from its cache)

@@ -43,9 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         checks.check_int_range(args.repeats, "--repeats", 1, 1000)
         checks.check_int_range(args.tokens, "--tokens", 1, 1024)
-        checks.check_device(args.device)
-        if args.threads is not None:
-            checks.check_int_range(args.threads, "--threads", 1)
+        checks.check_device_and_threads(args.device, args.threads)
     except ValueError as err:
         return checks.report(err)
     import torch
@@ -55,9 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.drafters.base import Autoregressive
     from core.target import decoder_layer
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    target = checks.load_target_cleanly(None, args.dtype, args.device)
+    target = checks.target_for_script(args.dtype, args.device, args.threads)
     dev = target.device
 
     @torch.no_grad()

@@ -31,19 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--refresh", action="store_true", help="time again even if this machine has a cached curve")
     args = p.parse_args(argv)
     try:
-        checks.check_device(args.device)
-        if args.threads is not None:
-            checks.check_int_range(args.threads, "--threads", 1)
+        checks.check_device_and_threads(args.device, args.threads)
     except ValueError as err:
         return checks.report(err)
-    import torch
 
     from core import cost_curve
     from core.drafters.static_tree import static_tree_choice
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    target = checks.load_target_cleanly(None, args.dtype, args.device)
+    target = checks.target_for_script(args.dtype, args.device, args.threads)
     curve = cost_curve.measure_cost_curve(target, refresh=args.refresh)
     floor = cost_curve.matmul_floor_ms(target, refresh=args.refresh)
     print(f"curve ({curve['key']}):")
