@@ -200,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{s['server_calls']} server calls, {s['offline_tokens']} offline tokens "
                   f"({s['corrected_tokens']} corrected), {s['bytes_up']} B up / {s['bytes_down']} B down"
                   + (f", matches greedy: {s['matches_greedy']}" if "matches_greedy" in s else ""))
+            for stop in s.get("offline_stops") or []:  # where MoA stopped writing while the link was down
+                print(f"  offline drafting stopped at {stop['t']:.2f} s after {stop['provisional']} provisional "
+                      f"tokens: {stop['reason'].replace('_', ' ')}"
+                      + (f" ({s['offline_horizon']} tokens past the last verified one, as far as it was trained)"
+                         if stop["reason"] == "horizon" else ""))
             print(s["text"])
     return status
 
