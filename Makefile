@@ -201,7 +201,18 @@ gpu-check: setup
 MOA_PHASE11_HYPER := --hyper staircase=random --hyper draft_vocab_size=8192 --hyper feature_scale=24 \
 	--hyper ce_weight=1.0 --hyper ca_mlp=false --hyper moa.lsa_full_width=true --hyper moa.lsa_heads=6 \
 	--hyper moa.lsa_mlp_ratio=2
-.PHONY: moa-phase11 moa-ablation
+# Phase 12: the shipped moa continued unchanged in architecture, but trained where inference needs it most.
+# Periods from 1 (every position one token past a verified state, as the children of a tree's root are) to
+# 14 instead of 6-14, so that distance 1 gets about twice the share of the loss; SA fully causal from the
+# first step (staircase_until=0: the shipped drafter is past its curriculum). Resumable: rerun the same line.
+MOA_PHASE12_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper ce_weight=1.0 \
+	--hyper moa.period_min=1 --hyper moa.staircase_until=0
+moa-phase12: setup
+	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=75 BATCH_TOKENS=1024 LR=3e-4 \
+		SEED=12 RUN=runs/moa-near TRAIN_ARGS="--warmup 30 --dtype bfloat16 --autocast on --eval-every 400 \
+		--eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters $(MOA_PHASE12_HYPER)"
+
+.PHONY: moa-phase11 moa-phase12 moa-ablation
 moa-phase11: setup
 	$(MAKE) train DRAFTERS=moa,moa-narrow DATA=assets/distill_v5/distill.npz STEPS=1050 BATCH_TOKENS=1024 LR=5e-4 \
 		SEED=11 RUN=runs/moa-wide TRAIN_ARGS="--warmup 50 --dtype bfloat16 --autocast on --eval-every 350 \

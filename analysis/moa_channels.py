@@ -86,7 +86,7 @@ def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
     import torch
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    from core.target import decoder_layer
+    from core.layers import decoder_layer
     from core.training.data import collate, target_batch
 
     ids, loss, attn = collate(seqs, list(range(min(n, len(seqs)))), target.device)

@@ -2,12 +2,15 @@
 
     python -m analysis.offline --prompts 8 --preset 4g --drop 1.0:3.0 --out runs/offline
     python -m analysis.offline --drafter runs/x/moa/final --horizon 24 --dtype float32 --check
+    python -m analysis.offline --min-confidence 0 0.1 0.2 0.3     # one run per cut-off, same prompts
 
 For each held-out evaluation question (the first turn of one question per category, in file
 order) MoA decodes in the simulated client-server split (core.client_server.sim) on a link that
 drops for the given window. While the link is down the client drafts a greedy chain on its own,
 at most `horizon` tokens past the last verified one (default: the distance the drafter was
-trained for, client.offline_horizon_for); when the link is back the target verifies that chain.
+trained for, client.offline_horizon_for), and only while the drafter's own probability for the
+whole provisional chain stays at or above --min-confidence (client.offline_confidence_for; several
+values give one summary each, on the same prompts); when the link is back the target verifies that chain.
 Per drop we count the offline tokens, the confirmed ones (the agreeing prefix), and whether the
 first one was confirmed. Beside it, `online_top1` is the same drafter's top-1 accuracy at depth 1
 in a plain single-process decode of the same prompt: the rate the first offline token should be
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace) -> dict:
     import torch
     from tqdm import tqdm
 
-    from core.client_server.client import offline_horizon_for
+    from core.client_server.client import offline_confidence_for, offline_horizon_for
     from core.client_server.models import make_drafter, make_target
     from core.client_server.network import preset
     from core.client_server.sim import CostModel, simulate
@@ -96,21 +99,28 @@ def run(args: argparse.Namespace) -> dict:
     target = make_target("smollm2", args.dtype)
     drafter, note = make_drafter("moa", target, args.drafter, {})
     horizon = offline_horizon_for(drafter, args.horizon)
-    rows = []
+    cutoffs = [offline_confidence_for(c) for c in (args.min_confidence or [None])]
+    rows_by = {c: [] for c in cutoffs}
     for q in tqdm(pick_questions(args.questions, args.prompts), desc="offline", file=sys.stderr):
         ids = target.chat_ids(q["turns"][0])
-        res = simulate(target, "moa", drafter, ids, net, args.max_new_tokens, args.seed, CostModel(),
-                       offline_horizon=args.horizon)
         plain = generate(target, drafter, ids, args.max_new_tokens)
         hit, total = online_top1(plain.events)
-        row = {"question_id": q["question_id"], "category": q["category"], "new_tokens": len(res.token_ids),
-               "offline_tokens": res.offline_tokens, "confirmed_tokens": res.confirmed_tokens,
-               "drops": drop_stats(res, drops), "online_top1": [hit, total],
-               "offline_stops": [s["reason"] for s in res.offline_stops]}
-        if args.check:
-            ref = generate(target, Autoregressive(), ids, args.max_new_tokens).token_ids
-            row["matches_greedy"] = res.token_ids == ref
-        rows.append(row)
+        ref = generate(target, Autoregressive(), ids, args.max_new_tokens).token_ids if args.check else None
+        for c in cutoffs:
+            res = simulate(target, "moa", drafter, ids, net, args.max_new_tokens, args.seed, CostModel(),
+                           offline_horizon=args.horizon, offline_min_confidence=c)
+            row = {"question_id": q["question_id"], "category": q["category"], "new_tokens": len(res.token_ids),
+                   "offline_tokens": res.offline_tokens, "confirmed_tokens": res.confirmed_tokens,
+                   "drops": drop_stats(res, drops), "online_top1": [hit, total],
+                   "offline_stops": [s["reason"] for s in res.offline_stops]}
+            if ref is not None:
+                row["matches_greedy"] = res.token_ids == ref
+            rows_by[c].append(row)
+    results = [_summarise(rows_by[c], args, note, horizon, c) for c in cutoffs]
+    return results[0] if len(results) == 1 else {"summary": [r["summary"] for r in results], "runs": results}
+
+
+def _summarise(rows: list[dict], args: argparse.Namespace, note: str, horizon: int, cutoff: float) -> dict:
     drops_seen = [d for r in rows for d in r["drops"]]
     offline = sum(r["offline_tokens"] for r in rows)
     confirmed = sum(r["confirmed_tokens"] for r in rows)
@@ -118,7 +128,7 @@ def run(args: argparse.Namespace) -> dict:
     total = sum(r["online_top1"][1] for r in rows)
     summary = {
         "drafter": note or args.drafter, "dtype": args.dtype, "preset": args.preset, "drop": args.drop,
-        "horizon": horizon, "prompts": len(rows), "drops": len(drops_seen),
+        "horizon": horizon, "min_confidence": cutoff, "prompts": len(rows), "drops": len(drops_seen),
         "offline_tokens": offline, "confirmed_tokens": confirmed,
         "confirmed_per_drop": round(confirmed / max(1, len(drops_seen)), 3),
         "confirmed_share": round(confirmed / max(1, offline), 3),
@@ -141,6 +151,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="link down from START to END virtual seconds (repeatable; default 1.0:3.0)")
     p.add_argument("--horizon", type=int, default=None, help="offline tokens past the last verified one "
                    "(default: the drafter's trained period_max)")
+    p.add_argument("--min-confidence", type=float, nargs="+", default=None, metavar="P",
+                   help="stop offline where the drafter's probability for the provisional chain falls below P "
+                        "(in [0, 1); default 0.2; several: one summary each)")
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     p.add_argument("--seed", type=int, default=0)
@@ -160,6 +173,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"{name} must be at least {low}, got {value}")
     if args.horizon is not None and args.horizon < 0:
         p.error(f"--horizon must be >= 0 tokens, got {args.horizon}")
+    for c in args.min_confidence or []:
+        if not 0.0 <= c < 1.0:
+            p.error(f"--min-confidence must be a probability in [0, 1), got {c:g}")
     if not Path(args.questions).is_file():
         p.error(f"--questions {args.questions}: no such file")
     return args

@@ -70,6 +70,13 @@ def check_seconds(value: float | None, flag: str, default_note: str = "") -> flo
     return value
 
 
+def check_probability(value: float, flag: str) -> float:
+    """A probability in [0, 1) (a cut-off that 1 would make mean 'never')."""
+    if not math.isfinite(value) or not 0.0 <= value < 1.0:
+        raise UsageError(f"{flag} must be a probability in [0, 1), got {value:g}")
+    return value
+
+
 def check_device(spec: str, flag: str = "--device") -> str:
     """auto, cpu, cuda, cuda:N (a GPU this machine has) or mps (where available)."""
     import torch

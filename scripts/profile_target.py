@@ -6,11 +6,13 @@ plain decoding vs transformers' `generate` on the same weights.
 Prints, for passes of 1 / 8 / 32 / 64 new tokens over a 200-token KV cache, the median ms of
 
 * `fused`: Target.forward as it runs now (fused QKV and gate/up, static KV cache, per-pass constants once);
-* `modules`: the same pass through the HF modules layer by layer (core.target.decoder_layer, the old path);
+* `F.linear`: the same fused pass with F.linear instead of packed oneDNN matmuls (core.layers.linear), shown
+  only where the packed kernel was chosen;
+* `modules`: the same pass through the HF modules layer by layer (core.layers.decoder_layer, the old path);
 
-the two alternating so that drift hits both; then the bare-matmul floor (core.cost_curve.matmul_floor_ms,
-not cached here) and plain greedy decoding of --tokens tokens with our loop against
-`hf_model.generate(do_sample=False)` on the same prompt, alternating, tokens/s each. Timing only means
+all alternating so that drift hits each; then the bare-matmul floor (core.cost_curve.matmul_floor_ms,
+not cached here) and plain greedy decoding of --tokens tokens with our loop (and, where packed, our loop on
+F.linear) against `hf_model.generate(do_sample=False)` on the same prompt, alternating, tokens/s each. Timing only means
 something on a machine nobody else is using.
 """
 
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from core import cost_curve
     from core.decoding import generate
     from core.drafters.base import Autoregressive
-    from core.target import decoder_layer
+    from core.layers import decoder_layer
 
     target = checks.target_for_script(args.dtype, args.device, args.threads)
     dev = target.device
@@ -72,6 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     def fused_pass(ids, cache):
         return target.forward(ids, cache=cache).logits
 
+    @torch.no_grad()
+    def plain_kernel_pass(ids, cache):
+        with target.plain_matmuls():
+            return target.forward(ids, cache=cache).logits
+
+    packed = target.packed_matmuls
+    passes = [("fused", fused_pass)] + ([("F.linear", plain_kernel_pass)] if packed else []) + \
+        [("modules", modules_pass)]
+
     gen = torch.Generator().manual_seed(0)
     context = 200
     ids = torch.randint(2, target.vocab_size, (1, context + 64), generator=gen).to(dev)
@@ -79,27 +90,32 @@ def main(argv: list[str] | None = None) -> int:
     target.forward(ids[:, :context], cache=cache)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     print(f"{target.source} {str(target.dtype).replace('torch.', '')} on {dev}, {torch.get_num_threads()} threads")
-    print(f"{'tokens':>6s} {'fused ms':>9s} {'modules ms':>11s} {'fused/modules':>14s}")
+    print(f"packed oneDNN matmuls: {'yes' if packed else 'no (F.linear is as fast here, or no oneDNN)'}")
+    print(f"{'tokens':>6s} " + " ".join(f"{name + ' ms':>13s}" for name, _ in passes) + f" {'fused/modules':>14s}")
     for n in (1, 8, 32, 64):
         new = ids[:, context:context + n]
-        times = {"fused": [], "modules": []}
+        times = {name: [] for name, _ in passes}
         for r in range(args.repeats + 1):
-            for name, fn in (("fused", fused_pass), ("modules", modules_pass)) if r % 2 else \
-                    (("modules", modules_pass), ("fused", fused_pass)):
+            for name, fn in (passes if r % 2 else passes[::-1]):
                 t0 = time.perf_counter()
                 fn(new, cache)
                 sync()
                 if r:
                     times[name].append(1000 * (time.perf_counter() - t0))
                 cache.crop(context)
-        f, m = statistics.median(times["fused"]), statistics.median(times["modules"])
-        print(f"{n:6d} {f:9.2f} {m:11.2f} {f / m:14.2f}")
+        med = {name: statistics.median(v) for name, v in times.items()}
+        print(f"{n:6d} " + " ".join(f"{med[name]:13.2f}" for name, _ in passes)
+              + f" {med['fused'] / med['modules']:14.2f}")
     floor = cost_curve.matmul_floor_ms(target, repeats=max(5, args.repeats), cache_path=None)
-    print(f"bare-matmul floor: {floor:.2f} ms")
+    print(f"bare-matmul floor ({'packed' if packed else 'F.linear'} matmuls): {floor:.2f} ms")
+    if packed:
+        with target.plain_matmuls():
+            print(f"bare-matmul floor (F.linear): "
+                  f"{cost_curve.matmul_floor_ms(target, repeats=max(5, args.repeats), cache_path=None):.2f} ms")
 
     prompt = target.chat_ids(PROMPT)
     inp = torch.tensor([prompt], device=dev)
-    ours, theirs = [], []
+    ours, ours_plain, theirs = [], [], []
     for r in range(4):
         t0 = time.perf_counter()
         res = generate(target, Autoregressive(), prompt, args.tokens, stop_tokens=set())
@@ -108,12 +124,22 @@ def main(argv: list[str] | None = None) -> int:
             out = target.hf_model.generate(input_ids=inp, attention_mask=torch.ones_like(inp), do_sample=False,
                                            max_new_tokens=args.tokens, min_new_tokens=args.tokens)
         t2 = time.perf_counter()
+        if packed:
+            with target.plain_matmuls():
+                plain_res = generate(target, Autoregressive(), prompt, args.tokens, stop_tokens=set())
+        t3 = time.perf_counter()
         if r:  # the first round warms up
             ours.append(res.new_tokens / (t1 - t0))
             theirs.append((out.shape[1] - inp.shape[1]) / (t2 - t1))
+            if packed:
+                ours_plain.append(plain_res.new_tokens / (t3 - t2))
     o, t = statistics.median(ours), statistics.median(theirs)
     print(f"plain greedy decoding, {args.tokens} tokens: ours {o:.1f} tok/s, transformers generate {t:.1f} tok/s "
           f"({o / t:.2f}x); ours per token {1000 / o:.1f} ms = {1000 / o / floor:.2f}x the floor")
+    if packed:
+        op = statistics.median(ours_plain)
+        print(f"  ours with F.linear instead of packed matmuls: {op:.1f} tok/s ({op / t:.2f}x generate); "
+              f"same tokens: {plain_res.token_ids == res.token_ids}")
     return 0
 
 

@@ -114,7 +114,8 @@ def test_drop_in_the_middle_of_a_verification(tiny, prompts, drafters):
 def test_only_moa_writes_offline(tiny, prompts, drafters):
     prompt = prompts[0]
     net = preset("4g", [(0.3, 2.3)])
-    runs = {n: simulate(tiny, method_of(n), d, prompt, net, MAX_NEW, timing=COST, stop_tokens=set())
+    runs = {n: simulate(tiny, method_of(n), d, prompt, net, MAX_NEW, timing=COST, stop_tokens=set(),
+                        offline_min_confidence=0.0)  # the random drafter is never sure: write anyway
             for n, d in drafters.items()}
     for name, run in runs.items():
         offline_spans = [s for s in run.trace.spans if s["kind"] == "offline"]
@@ -278,7 +279,8 @@ def test_cli_json(capsys):
     with redirect_stdout(buf):
         rc = main(["--method", "moa", "--preset", "4g", "--disconnect", "0.3:1.3", "--prompt", "hello",
                    "--target", "tiny", "--max-new-tokens", "12", "--timing", "model", "--check", "--json",
-                   "--drafter", "random", "--drafter-options", json.dumps(MOA_SMALL)])
+                   "--drafter", "random", "--drafter-options", json.dumps(MOA_SMALL),
+                   "--offline-min-confidence", "0"])
     assert rc == 0
     out = json.loads(buf.getvalue())
     for key in ("token_ids", "offline_tokens", "corrected_tokens", "virtual_time_s", "server_calls", "bytes_up",
@@ -326,7 +328,7 @@ def test_loopback_split(tiny, prompts):
             runs[method] = run_loopback("tiny", method, prompt, net, n, dtype="float32", drafter_spec="random",
                                         drafter_options=opts, stop_tokens=set(), time_limit=60, target=tiny,
                                         drafter=drafter if method != "ar" else None, server=server,
-                                        control=LinkControl(()),
+                                        control=LinkControl(()), offline_min_confidence=0.0,
                                         on_start=None if method == "ar" else cut_after_first_token)
     assert _gone(pid), "the server process must be gone"
     for method, run in runs.items():
@@ -375,7 +377,8 @@ def test_real_target_lossless_with_a_drop():
     net = preset("4g", [(0.4, 1.4)])
     for method in ("ar", "eagle2", "moa"):
         drafter, _ = make_drafter(method, target, "random", {"depth": 3, "top_k": 4, "total_tokens": 8})
-        run = simulate(target, method, None if method == "ar" else drafter, ids, net, 10, timing=COST)
+        run = simulate(target, method, None if method == "ar" else drafter, ids, net, 10, timing=COST,
+                       offline_min_confidence=0.0)
         assert run.token_ids == ref, method
         if method == "moa":
             assert run.offline_tokens > 0
@@ -393,7 +396,7 @@ def test_app_tab_runs_all_three():
     from demo.runtime import Runtime, UserError
 
     runtime = Runtime(tiny=True, reference_tokens=0)
-    runs = tab.run_methods(runtime, "hello there", "4g", 0.2, 1.5, "all", 16)
+    runs = tab.run_methods(runtime, "hello there", "4g", 0.2, 1.5, "all", 16, min_confidence=0.0)
     assert [r["method"] for r in runs] == ["ar", "eagle2", "moa"]
     assert len({tuple(r["token_ids"]) for r in runs}) == 1
     assert runs[2]["offline_tokens"] > 0

@@ -1,4 +1,4 @@
-"""The target's fused pass (core.target.FusedLayer): same numbers as the HF model, kept in sync with its weights."""
+"""The target's fused pass (core.layers.FusedLayer): same numbers as the HF model, kept in sync with its weights."""
 
 import pytest
 import torch
@@ -65,7 +65,7 @@ def test_cache_is_one_buffer_and_keeps_a_chain_in_place():
 def test_signed_sin_rotation_equals_hf_rotary():
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    from core.target import _rotate_signed, _signed_sin
+    from core.layers import _rotate_signed, _signed_sin
 
     gen = torch.Generator().manual_seed(0)
     q = torch.randn(1, 3, 5, 8, generator=gen)  # [B, heads, T, D]
@@ -79,7 +79,7 @@ def test_signed_sin_rotation_equals_hf_rotary():
 def test_rms_equals_llama_rmsnorm(dtype):
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-    from core.target import _rms
+    from core.layers import _rms
 
     gen = torch.Generator().manual_seed(1)
     norm = LlamaRMSNorm(48, 1e-5).to(dtype)

@@ -9,7 +9,8 @@ from core.decoding import generate
 from core.drafters.base import Autoregressive, Verified
 from core.drafters.checkpoint import DrafterMismatchError, TrainBatch
 from core.drafters.moa import MoADrafter
-from core.target import Target, decoder_layer, tiny_target
+from core.layers import decoder_layer
+from core.target import Target, tiny_target
 from tests.helpers import ALPHA, assert_greedy_lossless, sampling_p_value, tiny_prompts
 from tests.test_eagle2 import (
     check_draft_top,

@@ -66,7 +66,7 @@ def test_offline_drafting_stops_at_the_horizon(tiny, trained, horizon):
     prompt = prompts[0]
     ref = generate(tiny, Autoregressive(), prompt, 40, stop_tokens=set()).token_ids
     run = simulate(tiny, "moa", moa, prompt, preset("4g", [(0.2, 3.2)]), 40, timing=COST, stop_tokens=set(),
-                   offline_horizon=horizon)
+                   offline_horizon=horizon, offline_min_confidence=0.0)
     assert run.token_ids == ref  # lossless whatever the horizon
     limit = 6 if horizon is None else horizon
     assert run.offline_horizon == limit
@@ -83,7 +83,8 @@ def test_offline_chain_is_the_online_greedy_path(tiny, trained, monkeypatch):
     """Each offline step drafts exactly what the online drafter's tree puts first from the same state."""
     moa, prompts = trained
     seen = record_offline_starts(monkeypatch)
-    simulate(tiny, "moa", moa, prompts[1], preset("4g", [(0.2, 1.5)]), 30, timing=COST, stop_tokens=set())
+    simulate(tiny, "moa", moa, prompts[1], preset("4g", [(0.2, 1.5)]), 30, timing=COST, stop_tokens=set(),
+             offline_min_confidence=0.0)
     assert seen
     for online, offline in seen:  # the tree may keep a shorter top path than the chain drafts: compare both
         n = min(len(online), len(offline))
@@ -110,7 +111,7 @@ def test_real_target_offline_starts_where_online_would(monkeypatch):
     torch.manual_seed(0)
     for text in ("List the planets of the solar system in order.", "Write a Python function for the factorial of n."):
         ids = target.chat_ids(text)
-        simulate(target, "moa", moa, ids, preset("4g", [(0.5, 2.0)]), 48, timing=COST)
+        simulate(target, "moa", moa, ids, preset("4g", [(0.5, 2.0)]), 48, timing=COST, offline_min_confidence=0.0)
     assert seen
     for online, offline in seen:  # the tree may keep a shorter top path than the chain drafts: compare both
         n = min(len(online), len(offline))
@@ -124,7 +125,7 @@ def test_cli_offline_horizon(capsys):
 
     args = ["--method", "moa", "--preset", "4g", "--disconnect", "0.3:2.3", "--prompt", "hello there",
             "--target", "tiny", "--max-new-tokens", "16", "--timing", "model", "--check", "--json",
-            "--drafter", "random", "--drafter-options", json.dumps(MOA_SMALL)]
+            "--drafter", "random", "--drafter-options", json.dumps(MOA_SMALL), "--offline-min-confidence", "0"]
     assert main(args + ["--offline-horizon", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["matches_greedy"] and out["offline_horizon"] == 2
@@ -132,3 +133,50 @@ def test_cli_offline_horizon(capsys):
     assert main(args + ["--offline-horizon", "-1"]) != 0
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--offline-horizon" in err and "-1" in err
+
+
+def test_confidence_cut_off_validation():
+    assert client_module.offline_confidence_for() == client_module.OFFLINE_MIN_CONFIDENCE
+    assert client_module.offline_confidence_for(0) == 0.0 and client_module.offline_confidence_for(0.5) == 0.5
+    for bad in (-0.1, 1.0, 3, True, "0.2"):
+        with pytest.raises(ValueError, match="offline_min_confidence"):
+            client_module.offline_confidence_for(bad)
+
+
+def test_offline_text_stops_where_the_drafter_is_unsure(tiny, trained, monkeypatch):
+    """Every shown offline chain keeps the drafter's probability for it at or above the cut-off; a cut-off
+    no chain reaches shows nothing, and says why; the output is greedy decoding's either way."""
+    moa, prompts = trained
+    prompt = prompts[0]
+    ref = generate(tiny, Autoregressive(), prompt, 40, stop_tokens=set()).token_ids
+    net = preset("4g", [(0.2, 3.2)])
+    chains: list[float] = []
+    original = client_module.Client._draft_offline
+
+    def patched(self):
+        original(self)
+        confidence = 1.0
+        for p in self.provisional_p:
+            confidence *= p
+        chains.append(confidence)
+
+    monkeypatch.setattr(client_module.Client, "_draft_offline", patched)
+    free = simulate(tiny, "moa", moa, prompt, net, 40, timing=COST, stop_tokens=set(), offline_min_confidence=0.0)
+    cut = 0.6
+    chains.clear()
+    sure = simulate(tiny, "moa", moa, prompt, net, 40, timing=COST, stop_tokens=set(), offline_min_confidence=cut)
+    assert free.token_ids == ref and sure.token_ids == ref
+    assert sure.offline_tokens < free.offline_tokens
+    assert all(c >= cut for c in chains if c < 1.0)
+    assert "confidence" in [s["reason"] for s in sure.offline_stops] and sure.offline_min_confidence == cut
+    never = simulate(tiny, "moa", moa, prompt, net, 40, timing=COST, stop_tokens=set(), offline_min_confidence=0.999)
+    assert never.token_ids == ref and never.offline_tokens == 0
+    assert [s["reason"] for s in never.offline_stops][:1] == ["confidence"]
+
+
+def test_cli_rejects_a_bad_confidence(capsys):
+    from core.client_server.__main__ import main
+
+    assert main(["--method", "moa", "--prompt", "hi", "--target", "tiny", "--offline-min-confidence", "1.5"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--offline-min-confidence" in err and "1.5" in err

@@ -52,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--offline-horizon", type=int, default=None,
                    help="MoA: most tokens drafted past the last verified one while the link is down "
                         "(default: the distance the drafter was trained for; 0 = none)")
+    p.add_argument("--offline-min-confidence", type=float, default=None,
+                   help="MoA: stop drafting offline where the drafter's probability of the whole provisional "
+                        "chain falls below this (a probability in [0, 1); default 0.2; 0 = only the horizon)")
     p.add_argument("--check", action="store_true", help="also compare with plain greedy decoding")
     p.add_argument("--json", action="store_true", help="print JSON (one object, or a list for --method all)")
     p.add_argument("--trace", default=None, help="write the full runs (trace included) as JSON to this file")
@@ -84,6 +87,8 @@ def check_args(args: argparse.Namespace):
     checks.check_int_range(args.threads, "--threads", 1)
     if args.offline_horizon is not None:
         checks.check_int_range(args.offline_horizon, "--offline-horizon", 0)
+    if args.offline_min_confidence is not None:
+        checks.check_probability(args.offline_min_confidence, "--offline-min-confidence")
     checks.check_seconds(args.time_limit, "--time-limit",
                          f"{DEFAULT_LIMIT_S:g} s simulated, {DEFAULT_REAL_LIMIT_S:g} s with --real")
     net = preset(args.preset, [parse_window(w) for w in args.disconnect])
@@ -158,13 +163,16 @@ def main(argv: list[str] | None = None) -> int:
                 if args.real:
                     run = run_loopback(args.target, m, ids, net, args.max_new_tokens, args.seed, args.dtype,
                                        args.drafter, options, time_limit=limit, target=target,
-                                       drafter=None if m == "ar" else drafter, server=server)
+                                       drafter=None if m == "ar" else drafter, server=server,
+                                       offline_horizon=args.offline_horizon,
+                                       offline_min_confidence=args.offline_min_confidence)
                     run.note = note
                 else:
                     timing = CostModel() if args.timing == "model" else "measured"
                     run = simulate(target, m, None if m == "ar" else drafter, ids, net, args.max_new_tokens,
                                    args.seed, timing, time_limit=args.time_limit or DEFAULT_LIMIT_S, note=note,
-                                   offline_horizon=args.offline_horizon)
+                                   offline_horizon=args.offline_horizon,
+                                   offline_min_confidence=args.offline_min_confidence)
                 runs.append(run)
         finally:
             if server is not None:
@@ -204,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  offline drafting stopped at {stop['t']:.2f} s after {stop['provisional']} provisional "
                       f"tokens: {stop['reason'].replace('_', ' ')}"
                       + (f" ({s['offline_horizon']} tokens past the last verified one, as far as it was trained)"
-                         if stop["reason"] == "horizon" else ""))
+                         if stop["reason"] == "horizon" else "")
+                      + (f" (its probability for the chain fell below {s['offline_min_confidence']:g})"
+                         if stop["reason"] == "confidence" else ""))
             print(s["text"])
     return status
 

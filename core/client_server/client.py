@@ -14,7 +14,11 @@ The loop (one request in flight at a time), for every method:
 Offline drafting (MoA only: its drafter reads target activations only at verified positions,
 so it can go on without the server; EAGLE-2 needs the target's feature of every new token).
 Each offline step drafts a chain of `depth` tokens (the tree drafter with top_k = 1) from
-the last provisional token. When a reply comes in, the drafter rolls back to its verified
+the last provisional token. The chain stops at the trained horizon (offline_horizon_for) or, before
+it, where the drafter's own confidence in the whole provisional chain (the product of its
+probabilities for each token given the ones before) falls below `offline_min_confidence`
+(offline_confidence_for): text the drafter itself expects to be withdrawn is not shown.
+When a reply comes in, the drafter rolls back to its verified
 state and accepts the server's verdict; the provisional tokens are compared with the verified
 ones: the agreeing prefix is confirmed, the first disagreement is replaced by the target's
 token (a correction) and every provisional token after it is withdrawn. Provisional tokens
@@ -106,15 +110,34 @@ def chain_options(drafter: Drafter) -> Iterator[None]:
 
 def greedy_path(tree: DraftTree) -> list[int]:
     """Tokens along the drafter's most probable child at each level, from the root down."""
+    return [tok for tok, _ in greedy_chain(tree)]
+
+
+def greedy_chain(tree: DraftTree) -> list[tuple[int, float]]:
+    """(token, the drafter's probability of it given its parent) along the most probable child at each level."""
     kids = tree.children()
     probs = tree.draft_probs.tolist()
     tokens = tree.tokens.tolist()
     out, row = [], 0
     while kids[row]:
         best = max(kids[row], key=lambda c: probs[c])
-        out.append(int(tokens[best]))
+        out.append((int(tokens[best]), float(probs[best])))
         row = best + 1
     return out
+
+
+# Default of offline_confidence_for: offline text is shown while the drafter gives the provisional chain at
+# least this probability (docs/RESULTS.md, "MoA": the sweep that chose it).
+OFFLINE_MIN_CONFIDENCE = 0.2
+
+
+def offline_confidence_for(asked: float | None = None) -> float:
+    """The confidence below which MoA stops drafting offline (a probability in [0, 1); 0 = never stop on it)."""
+    if asked is None:
+        return OFFLINE_MIN_CONFIDENCE
+    if isinstance(asked, bool) or not isinstance(asked, (int, float)) or not 0.0 <= float(asked) < 1.0:
+        raise ValueError(f"offline_min_confidence must be a probability in [0, 1), got {asked!r}")
+    return float(asked)
 
 
 def offline_horizon_for(drafter: Drafter, asked: int | None = None) -> int:
@@ -172,6 +195,7 @@ class RunResult:
     note: str = ""
     unverified: list[int] = field(default_factory=list)  # provisional tokens never verified (time limit)
     offline_horizon: int = 0  # most provisional tokens past the last verified one (MoA; 0 = none)
+    offline_min_confidence: float = 0.0  # MoA stops offline where its confidence in the chain falls below this
     offline_stops: list[dict] = field(default_factory=list)  # where offline drafting stopped and why
 
     @property
@@ -189,7 +213,8 @@ class RunResult:
             "bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "stop_reason": self.stop_reason,
             "target_passes": self.target_passes,
             "tau": round(len(self.token_ids) / max(1, self.target_passes), 4), "note": self.note,
-            "offline_horizon": self.offline_horizon, "offline_stops": self.offline_stops,
+            "offline_horizon": self.offline_horizon, "offline_min_confidence": self.offline_min_confidence,
+            "offline_stops": self.offline_stops,
         }
 
     def to_dict(self) -> dict:
@@ -202,7 +227,7 @@ class Client:
 
     def __init__(self, method: str, drafter: Drafter, target: Target, env, prompt_ids: list[int],
                  max_new_tokens: int = 48, stop_tokens: set[int] | None = None, tli: int = 0,
-                 offline_horizon: int | None = None) -> None:
+                 offline_horizon: int | None = None, offline_min_confidence: float | None = None) -> None:
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
         if not prompt_ids:
@@ -217,6 +242,7 @@ class Client:
         self.wide = token_bytes(target.vocab_size) == 4
         self.offline_capable = method == "moa" and hasattr(drafter, "extend_unverified")
         self.horizon = offline_horizon_for(drafter, offline_horizon) if self.offline_capable else 0
+        self.min_confidence = offline_confidence_for(offline_min_confidence) if self.offline_capable else 0.0
         self.offline_stops: list[dict] = []
         self._stopped_at: tuple[int, int] | None = None  # (verified, provisional) at the last recorded stop
         self.width = row_width(method, target.hidden_size, 2 * target.kv_heads * target.head_dim, tli)
@@ -225,6 +251,8 @@ class Client:
         self.verified: list[int] = []
         self.info: list[dict] = []
         self.provisional: list[int] = []
+        self.provisional_p: list[float] = []  # the drafter's probability of each provisional token
+        self.unsure = False  # the last offline chain was cut where its confidence fell below min_confidence
         self.offline_tokens = self.corrected = self.confirmed = 0
         self.passes = 0
         self.seq = 0
@@ -367,6 +395,8 @@ class Client:
             self.provisional = prov[len(new):]
         if reason and self.provisional:  # cannot happen (offline drafting stops at a stop token or the budget)
             withdrawn, self.provisional = self.provisional, []
+        self.provisional_p = self.provisional_p[len(prov) - len(self.provisional):]
+        self.unsure = False  # a new verified state: the chain left is judged afresh
         self.confirmed += k
         self.corrected += len(withdrawn)
         for i in range(len(new)):
@@ -391,6 +421,8 @@ class Client:
         reason = ""
         if len(self.provisional) >= self.horizon:
             reason = "horizon"  # as far past the last verified token as the drafter was trained to look
+        elif self.unsure:
+            reason = "confidence"  # the drafter itself expects what it would write next to be withdrawn
         elif self.provisional and self.provisional[-1] in self.stop:
             reason = "end_of_turn"
         elif len(self.verified) + len(self.provisional) >= self.max_new:
@@ -409,22 +441,32 @@ class Client:
         room = min(self.max_new - len(self.verified), self.horizon) - len(self.provisional)
         drafter = self.drafter
 
-        def step() -> list[int]:
+        def step() -> list[tuple[int, float]]:
             with chain_options(drafter):
-                chain = greedy_path(drafter.draft(root))[:room]
-            for i, tok in enumerate(chain):
+                drafted = greedy_chain(drafter.draft(root))[:room]
+            chain, confidence = [], 1.0
+            for p in self.provisional_p:
+                confidence *= p
+            for tok, p in drafted:
+                confidence *= p
+                if confidence < self.min_confidence:
+                    self.unsure = True
+                    break
+                chain.append((tok, p))
                 if tok in self.stop:
-                    chain = chain[: i + 1]
                     break
             if chain:
-                drafter.extend_unverified(chain)
+                drafter.extend_unverified([tok for tok, _ in chain])
             return chain
 
-        chain = self.env.compute("offline", step, passes=self._depth(), n=self._depth())
-        if not chain:  # nothing drafted (cannot happen with a non-empty vocabulary): do not spin
-            self.env.wait(None)
+        drafted = self.env.compute("offline", step, passes=self._depth(), n=self._depth())
+        if not drafted:  # too unsure to write even one token; else cannot happen: do not spin
+            if not self.unsure:
+                self.env.wait(None)
             return
+        chain = [tok for tok, _ in drafted]
         self.provisional += chain
+        self.provisional_p += [p for _, p in drafted]
         self.offline_tokens += len(chain)
         self._progress()
 
@@ -434,4 +476,5 @@ class Client:
         return {"token_ids": list(self.verified), "token_info": self.info, "offline_tokens": self.offline_tokens,
                 "corrected_tokens": self.corrected, "confirmed_tokens": self.confirmed,
                 "stop_reason": reason, "target_passes": self.passes, "unverified": list(self.provisional),
-                "offline_horizon": self.horizon, "offline_stops": self.offline_stops}
+                "offline_horizon": self.horizon, "offline_min_confidence": self.min_confidence,
+                "offline_stops": self.offline_stops}

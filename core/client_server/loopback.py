@@ -430,7 +430,8 @@ def run_loopback(target_spec: str, method: str, prompt_ids: Sequence[int], net: 
                  drafter_options: dict | None = None, stop_tokens: set[int] | None = None,
                  time_limit: float = 120.0, target: Target | None = None, drafter: Drafter | None = None,
                  control: LinkControl | None = None, server: ServerProcess | None = None,
-                 on_start: Callable[[LoopbackEnv], None] | None = None) -> RunResult:
+                 on_start: Callable[[LoopbackEnv], None] | None = None, offline_horizon: int | None = None,
+                 offline_min_confidence: float | None = None) -> RunResult:
     """One generation split over two processes (see the module docstring).
 
     target / drafter: this process's copies (built from the specs when None; they must match the
@@ -438,6 +439,7 @@ def run_loopback(target_spec: str, method: str, prompt_ids: Sequence[int], net: 
     running ServerProcess to reuse (started with method "moa" it serves every method); when
     None, one is started for this run and stopped at its end. on_start: called with the env just
     before the client starts (e.g. to watch `env.trace.progress` and cut the link after the first token).
+    offline_horizon / offline_min_confidence: where MoA stops drafting offline (as in sim.simulate).
     """
     from .models import make_drafter, make_target
 
@@ -459,7 +461,7 @@ def run_loopback(target_spec: str, method: str, prompt_ids: Sequence[int], net: 
             env = LoopbackEnv(proc.url, net, method, token_bytes(target.vocab_size) == 4, seed, time_limit,
                               control, token=proc.token)
             client = Client(method, client_drafter, target, env, list(prompt_ids), max_new_tokens, stop_tokens,
-                            tli)
+                            tli, offline_horizon, offline_min_confidence)
             if on_start is not None:
                 on_start(env)
             out = client.run()

@@ -188,18 +188,21 @@ def finish(result: dict, env, method: str, net: NetworkModel, prompt_ids: list[i
         bytes_up=env.bytes_up, bytes_down=env.bytes_down, stop_reason=result["stop_reason"],
         target_passes=result["target_passes"], trace=env.trace, text=text, note=note,
         unverified=result["unverified"], offline_horizon=result.get("offline_horizon", 0),
-        offline_stops=result.get("offline_stops", []))
+        offline_min_confidence=result.get("offline_min_confidence", 0.0), offline_stops=result.get("offline_stops", []))
 
 
 def simulate(target: Target, method: str, drafter: Drafter | None, prompt_ids: Sequence[int], net: NetworkModel,
              max_new_tokens: int = 48, seed: int = 0, timing: str | CostModel = "measured",
              stop_tokens: set[int] | None = None, time_limit: float = DEFAULT_TIME_LIMIT, tli: int | None = None,
-             note: str = "", offline_horizon: int | None = None) -> RunResult:
+             note: str = "", offline_horizon: int | None = None,
+             offline_min_confidence: float | None = None) -> RunResult:
     """One client-server generation on the virtual clock (see the module docstring).
 
     drafter: the method's drafter (None for "ar"); for MoA its LSA module serves on the server
     for the duration of the run. tli: MoA's TLI N (read from the drafter's config by default).
     offline_horizon: MoA's offline drafting limit in tokens (default: the trained one; client.offline_horizon_for).
+    offline_min_confidence: MoA stops drafting offline where its confidence in the chain falls below it
+    (default client.OFFLINE_MIN_CONFIDENCE; 0 = only the horizon stops it).
     """
     if tli is None:
         tli = int(getattr(getattr(drafter, "config", None), "tli", 0) or 0) if method == "moa" else 0
@@ -207,6 +210,6 @@ def simulate(target: Target, method: str, drafter: Drafter | None, prompt_ids: S
         server = Server(target, lsa)
         env = VirtualEnv(server, net, method, token_bytes(target.vocab_size) == 4, seed, timing, time_limit)
         client = Client(method, client_drafter, target, env, list(prompt_ids), max_new_tokens, stop_tokens, tli,
-                        offline_horizon)
+                        offline_horizon, offline_min_confidence)
         out = client.run()
     return finish(out, env, method, net, list(prompt_ids), target, note)

@@ -9,7 +9,7 @@ Amphista was published without code; this is our reading of the paper.
     z_1..z_K = encoder layer over [u_1 + pos_1, ..., u_K + pos_K]   (bidirectional across heads)
     logits_i = LM_head(final_norm(z_i))                              predicts token t+2+i
 
-* Staged Adaptation Layers: two `LlamaDecoderLayer`s (run with core.target.decoder_layer)
+* Staged Adaptation Layers: two `LlamaDecoderLayer`s (run with core.layers.decoder_layer)
   over the target's verified positions. Position t pairs the feature at t with
   the token the target produced there (token t+1); for the last verified
   position that token is the bonus, the next tree's root, so after `accept`
@@ -53,7 +53,8 @@ from core.drafters.trained import (
     perturb,
 )
 from core.kv_cache import KVCache
-from core.target import FusedLayer, Target, decoder_layer, fused_copy, run_layer
+from core.layers import FusedLayer, decoder_layer, fused_copy, run_layer
+from core.target import Target
 from core.tree import DraftTree
 
 

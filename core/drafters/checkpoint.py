@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import torch
 
 from core.drafters.base import Drafter
+from core.layers import pack_linears
 from core.target import Target
 
 FORMAT_VERSION = 1
@@ -172,6 +173,7 @@ class TrainedDrafter(torch.nn.Module, Drafter):
 
     def begin(self, target: Target, prefill) -> None:
         super().begin(target, prefill)
+        pack_linears(self)  # inference from here: packed matmuls where they win (core.layers.linear)
         self._observe(list(prefill.tokens) + [prefill.bonus], new_conversation=True)
 
     def accept(self, step) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 
 import torch
 
+from core.layers import linear, maybe_pack
 from core.target import Target
 
 
@@ -73,6 +74,7 @@ class DraftVocab(torch.nn.Module):
         self.register_buffer("ids", torch.arange(size, dtype=torch.long) if size else torch.zeros(0, dtype=torch.long))
         self.context = context
         self._weight: torch.Tensor | None = None
+        self._packed: torch.Tensor | None = None  # the frequent rows packed for inference (core.layers.linear)
         self._frequent: set[int] | None = None
         self.clear_context()
 
@@ -89,6 +91,7 @@ class DraftVocab(torch.nn.Module):
             raise ValueError(f"vocabulary has {self.ids.numel()} slots, got {ids.numel()} ids")
         self.ids.copy_(ids.to(self.ids.device))
         self._weight = None
+        self._packed = None
         self._frequent = None
         self.clear_context()
 
@@ -135,13 +138,18 @@ class DraftVocab(torch.nn.Module):
             return lm
         if self._weight is None or self._weight.device != lm.device or self._weight.dtype != lm.dtype:
             self._weight = lm[self.ids.to(lm.device)].detach()
+            self._packed = maybe_pack(self._weight)
         return self._weight
 
     def logits(self, feature: torch.Tensor) -> torch.Tensor:
         """[..., H] pre-norm feature -> float32 logits over the drafting vocabulary [..., size]."""
         target = self.target_ref[0]
+        if self.full:
+            return target.logits(feature)
         h = target.norm(feature)
-        logits = torch.nn.functional.linear(h, self.weight().to(h.dtype))
+        w = self.weight()
+        packed = self._packed if h.dtype == w.dtype else None
+        logits = linear(h, w.to(h.dtype), None, packed)
         if self._extra_weight is not None:
             logits = torch.cat([logits, torch.nn.functional.linear(h, self._extra_weight.to(h.dtype))], dim=-1)
         return logits.float()
@@ -161,6 +169,7 @@ class DraftVocab(torch.nn.Module):
 
     def _load_from_state_dict(self, *args, **kwargs):  # the cached projection follows the loaded ids
         self._weight = None
+        self._packed = None
         self._frequent = None
         self.clear_context()
         return super()._load_from_state_dict(*args, **kwargs)

@@ -56,7 +56,8 @@ from core.drafters.trained import (
     weighted_mean,
 )
 from core.kv_cache import KVCache
-from core.target import FusedLayer, Target, decoder_layer, fused_copy, run_layer
+from core.layers import FusedLayer, decoder_layer, fused_copy, run_layer
+from core.target import Target
 from core.tree import DraftTree
 
 

@@ -31,8 +31,9 @@ Target Layer Inference (TLI), N = config.tli:
            the root and drafted nodes use keys/values computed from predicted states under
            the tree mask. Then the final norm and LM head.
 
-Cache invariants after accept(): SA cache = the verified tokens (the root and accepted
-tokens are re-run as a chain; drafted entries are cropped), CA memory = LSA of every
+Cache invariants after accept(): SA cache = the verified tokens (drafted entries are cropped;
+the root and accepted tokens get their keys and values only, `_sa_context`: nothing reads SA's
+output at a verified position, so the rest of the layer is skipped), CA memory = LSA of every
 verified token, TLI cache = true keys/values of every verified token.
 
 Offline drafting (docs/ARCHITECTURE.md, "Client-server"): when the link to the target drops,
@@ -47,7 +48,9 @@ simply `accept()`, which crops to the verified state itself) and then
 EAGLE-2 cannot do this: every step needs fresh target features.
 
 The offline chain stops at `offline_horizon` tokens past the last verified one
-(core.client_server.client; default period_max, the farthest distance training covers).
+(core.client_server.client; default period_max, the farthest distance training covers), or
+where the drafter's probability for the whole provisional chain falls below
+`offline_min_confidence` (client.offline_confidence_for).
 
 With `draft_vocab_size` > 0 only the final projection is restricted to the drafting
 vocabulary (core.drafters.draft_vocab); TLI layers are unchanged.
@@ -125,7 +128,8 @@ from core.drafters.trained import (
     weighted_mean,
 )
 from core.kv_cache import KVCache
-from core.target import FusedLayer, Target, decoder_layer, fused_copy, run_layer
+from core.layers import FusedLayer, append_layer_kv, decoder_layer, fused_copy, run_layer
+from core.target import Target
 from core.tree import DraftTree
 
 MAX_TLI = 3
@@ -355,6 +359,20 @@ class MoADrafter(TrainedDrafter):
         self.sa_cache.commit(tokens.shape[1])
         return out
 
+    def _sa_context(self, tokens: torch.Tensor, positions: torch.Tensor,
+                    rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Put tokens into the SA cache as context only: their keys and values, not SA's output, which nothing
+        reads for verified (or offline-accepted) tokens. The cache holds the same numbers `_sa` would leave."""
+        if self._sa_fused is None:
+            self._sa(tokens, positions, None, rope)
+            return
+        cos, sin = rope if rope is not None else self._rope(positions)
+        x = self.target.embed_tokens(tokens)
+        tgt = self.target
+        append_layer_kv(self._sa_fused, x.to(self._dtype), cos, sin, self.sa_cache, 0, tgt.n_heads, tgt.kv_heads,
+                        tgt.head_dim)
+        self.sa_cache.commit(tokens.shape[1])
+
     def _advance(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Run tokens [1, m] at positions [1, m] under `mask` into the SA/TLI caches -> final features [1, m, H].
 
@@ -406,7 +424,7 @@ class MoADrafter(TrainedDrafter):
         tcos, tsin = self.target.rope(positions)  # once for SA, CA memory and TLI
         cos, sin = (tcos, tsin) if tcos.dtype == self._dtype else (tcos.to(self._dtype), tsin.to(self._dtype))
         self.sa_cache.crop(start)
-        self._sa(tokens, positions, None, (cos, sin))
+        self._sa_context(tokens, positions, (cos, sin))
         layer_kv = step.layer_kv.to(dev)
         vec, att = self.lsa(layer_kv, need_weights=True)
         k, v = self.ca.memory(vec[None], cos, sin)
@@ -449,7 +467,7 @@ class MoADrafter(TrainedDrafter):
         if self.config.tli:
             self._advance(chain, positions, None)  # TLI needs the predicted states
         else:
-            self._sa(chain, positions, None)
+            self._sa_context(chain, positions)
         self._provisional += [int(t) for t in tokens]
         self._root_token = int(tokens[-1])
 
