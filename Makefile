@@ -208,7 +208,7 @@ MOA_PHASE11_HYPER := --hyper staircase=random --hyper draft_vocab_size=8192 --hy
 MOA_PHASE12_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper ce_weight=1.0 \
 	--hyper moa.period_min=1 --hyper moa.staircase_until=0
 moa-phase12: setup
-	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=75 BATCH_TOKENS=1024 LR=3e-4 \
+	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=62 BATCH_TOKENS=1024 LR=3e-4 \
 		SEED=12 RUN=runs/moa-near TRAIN_ARGS="--warmup 30 --dtype bfloat16 --autocast on --eval-every 400 \
 		--eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters $(MOA_PHASE12_HYPER)"
 

@@ -61,13 +61,14 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE_FILE = ROOT / "runs" / "cost_curve.json"
 DEFAULT_SIZES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_CONTEXT = 200
-PASS_VERSION = "fused-v3"  # bumped when the target pass changes speed (core.target fused layers): re-measure
+PASS_VERSION = "fused-v4"  # bumped when the target pass or its timing changes (core.target fused layers): re-measure
 # The fixed cost model of tiny test targets (ms by tokens in the pass; the shape of a 2-core CPU's bfloat16
 # curve, core.drafters.static_tree.CPU_PASS_MS): no timing, so tests are fast and deterministic.
 FIXED_CURVE = {"key": "fixed cost model (tiny test target)", "cpu": "none (fixed model)", "torch": "",
                "dtype": "", "device": "cpu", "target": "", "context": 0, "repeats": 0,
                "sizes": [1, 8, 32, 64], "ms": [55.0, 59.0, 70.0, 95.0], "measured_at": "", "fixed": True}
 RESULTS = ROOT / "assets" / "results" / "summary.json"
+DEEP_RESULTS = ROOT / "assets" / "results" / "moa_ablation" / "bench_summary.json"  # fixed trees, depth 5
 MAX_AUTO_DEPTH = 8
 MAX_AUTO_TOKENS = 64
 STATIC_TREE_METHODS = ("medusa", "amphista")
@@ -112,24 +113,24 @@ def _time_sizes(target: Target, sizes: Sequence[int], repeats: int, context: int
     ids = torch.randint(2, target.vocab_size, (context + max(sizes),), generator=gen).to(dev)
     cache = target.new_cache(capacity=context + max(sizes) + 8)
     target.forward(ids[:context], cache=cache)  # the context: a KV cache of `context` tokens
-    out = []
-    for n in sizes:
-        new = ids[context:context + n]
-        mask = torch.ones(n, n, dtype=torch.bool, device=dev).tril()  # a chain: the cheapest tree mask
-        times = []
-        for r in range(repeats + 1):  # the first pass of each size warms up and is not counted
+    masks = {n: torch.ones(n, n, dtype=torch.bool, device=dev).tril() for n in sizes}  # chains: the cheapest
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    # Rounds over all sizes rather than all repeats of one size, then the next: a shared machine's slow spells
+    # then fall on every size alike instead of bending the curve (one size timed 40% high made 1 token dearer
+    # than 8). The first round warms up and is not counted.
+    for r in range(repeats + 1):
+        for n in sizes:
             t0 = time.perf_counter()
-            target.forward(new, cache=cache, tree_mask=mask)
+            target.forward(ids[context:context + n], cache=cache, tree_mask=masks[n])
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             if r:
-                times.append(time.perf_counter() - t0)
+                times[n].append(time.perf_counter() - t0)
             cache.crop(context)
-        out.append(1000.0 * statistics.median(times))
-    return out
+    return [1000.0 * statistics.median(times[n]) for n in sizes]
 
 
-def measure_cost_curve(target: Target, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5,
+def measure_cost_curve(target: Target, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 11,
                        context: int = DEFAULT_CONTEXT, cache_path: str | Path | None = CACHE_FILE,
                        refresh: bool = False) -> dict:
     """Median time of one target forward pass of each size (new tokens over a `context`-token KV cache).
@@ -286,21 +287,45 @@ def expected_tau(rates: Sequence[float], depth: int, total_tokens: int, ref_dept
     return tau
 
 
-def method_acceptance(method: str, results: str | Path = RESULTS) -> dict | None:
-    """A method's measured acceptance from a benchmark summary: {"p": P(accept >= d) list, "ref_depth",
-    "ref_total", "draft_ms", "verify_ms_1", "source"}; None when the summary has no such method."""
+def _overall(results: str | Path, method: str) -> tuple[dict, dict] | None:
+    """(the method's overall figures, the baseline's) from a benchmark summary; None when absent."""
     try:
         data = json.loads(Path(results).read_text())
         overall = data["methods"][method]["overall"]
         base = data["methods"].get(data.get("config", {}).get("baseline", "ar"), {}).get("overall", {})
     except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
         return None
-    p = [x for x in overall.get("acceptance_by_position") or [] if x is not None]
-    if not p:
+    return overall, base
+
+
+def _positions(overall: dict) -> list[float]:
+    return [x for x in overall.get("acceptance_by_position") or [] if x is not None]
+
+
+def method_acceptance(method: str, results: str | Path = RESULTS,
+                      deep_results: str | Path | None = DEEP_RESULTS) -> dict | None:
+    """A method's measured acceptance: {"p": P(accept >= d) list, "ref_depth", "ref_total", "draft_ms",
+    "draft_levels", "verify_ms_1", "source"}; None when no summary has the method.
+
+    The acceptance by depth comes from whichever of `results` (the latest run) and `deep_results` (a run with
+    deep fixed trees) measured more depths: an `auto` run on a machine with a steep cost curve drafts one level
+    and so says nothing about deeper ones. The drafting cost comes from `results` when it has the method (the
+    latest drafting code), as draft ms per cycle over the levels drafted there."""
+    cur = _overall(results, method)
+    deep = _overall(deep_results, method) if deep_results is not None else None
+    cur_p = _positions(cur[0]) if cur else []
+    deep_p = _positions(deep[0]) if deep else []
+    if not cur_p and not deep_p:
         return None
-    return {"p": p, "ref_depth": len(p), "ref_total": float(overall.get("mean_tree_nodes") or len(p)),
-            "draft_ms": overall.get("draft_ms_per_cycle"), "verify_ms_1": base.get("verify_ms_per_cycle"),
-            "source": f"{Path(results).name}: {method}"}
+    acc_from, acc_path = (deep, deep_results) if len(deep_p) > len(cur_p) else (cur, results)
+    cost_from = cur if cur and cur[0].get("draft_ms_per_cycle") is not None and cur_p else acc_from
+    p = _positions(acc_from[0])
+    source = f"{Path(acc_path).name}: {method}"
+    if cost_from is not acc_from:
+        source += f" (drafting cost: {Path(results).name})"
+    return {"p": p, "ref_depth": len(p), "ref_total": float(acc_from[0].get("mean_tree_nodes") or len(p)),
+            "draft_ms": cost_from[0].get("draft_ms_per_cycle"), "draft_levels": len(_positions(cost_from[0])),
+            "verify_ms_1": cost_from[1].get("verify_ms_per_cycle"), "source": source}
 
 
 def card_acceptance(metrics: dict | None) -> dict | None:
@@ -355,7 +380,8 @@ def choose_tree(method: str, target: Target | None = None, curve: dict | None = 
     if draft_ms_per_level is None:
         draft_ms_per_level = 0.04 * one
         if acc and acc.get("draft_ms") and acc.get("verify_ms_1"):
-            draft_ms_per_level = acc["draft_ms"] / max(1, acc["ref_depth"]) * one / acc["verify_ms_1"]
+            draft_ms_per_level = (acc["draft_ms"] / max(1, acc.get("draft_levels") or acc["ref_depth"])
+                                  * one / acc["verify_ms_1"])
     out = {"method": method, "depth": None, "total_tokens": None, "expected_tau": 1.0,
            "expected_tokens_per_s": 1000.0 / one, "cycle_ms": one, "draft_ms_per_level": round(draft_ms_per_level, 3),
            "acceptance": acc["p"] if acc else [], "acceptance_source": acc["source"] if acc else None,

@@ -134,3 +134,25 @@ def test_a_spiky_curve_is_read_through_its_monotone_envelope():
     acc = {"p": [0.7, 0.4], "ref_depth": 2, "ref_total": 8.0, "draft_ms": None, "verify_ms_1": None,
            "source": "hand"}
     assert cc.choose_tree("x", curve=spiky, acceptance=acc)["cycle_ms"] >= 20.0
+
+
+def test_acceptance_by_depth_comes_from_the_deeper_run_and_cost_from_the_latest(tmp_path):
+    import json
+
+    def summary(path, p, draft_ms, nodes):
+        path.write_text(json.dumps({"config": {"baseline": "ar"}, "methods": {
+            "ar": {"overall": {"verify_ms_per_cycle": 30.0}},
+            "moa": {"overall": {"acceptance_by_position": p, "draft_ms_per_cycle": draft_ms,
+                                "mean_tree_nodes": nodes}}}}))
+        return path
+
+    latest = summary(tmp_path / "latest.json", [0.6], 6.0, 8)  # an auto run that drafted one level
+    deep = summary(tmp_path / "deep.json", [0.55, 0.3, 0.1], 30.0, 24)  # fixed trees, older drafting code
+    acc = cc.method_acceptance("moa", results=latest, deep_results=deep)
+    assert acc["p"] == [0.55, 0.3, 0.1] and acc["ref_depth"] == 3 and acc["ref_total"] == 24.0
+    assert acc["draft_ms"] == 6.0 and acc["draft_levels"] == 1 and "latest.json" in acc["source"]
+    curve = {"sizes": [1, 64], "ms": [30.0, 30.0]}
+    assert cc.choose_tree("moa", curve=curve, acceptance=acc)["draft_ms_per_level"] == pytest.approx(6.0)
+    only_latest = cc.method_acceptance("moa", results=latest, deep_results=tmp_path / "missing.json")
+    assert only_latest["p"] == [0.6] and only_latest["draft_ms"] == 6.0
+    assert cc.method_acceptance("eagle2", results=latest, deep_results=deep) is None

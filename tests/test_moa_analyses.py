@@ -25,9 +25,12 @@ def test_drop_stats_counts_the_confirmed_prefix():
     trace = SimpleNamespace(snapshots=[{"t": 0.5, "verified": [1], "provisional": [9]},
                                        {"t": 1.2, "verified": [1, 2], "provisional": [3, 4, 7, 8]},
                                        {"t": 5.0, "verified": [1, 2, 3, 4, 5], "provisional": [6]}])
-    run = SimpleNamespace(token_ids=[1, 2, 3, 4, 5, 6], trace=trace)
-    stats = offline.drop_stats(run, [(1.0, 3.0), (4.0, 6.0), (9.0, 10.0)])
-    assert [(s["offline"], s["confirmed"], s["first_confirmed"]) for s in stats] == [(4, 2, True), (1, 1, True)]
+    run = SimpleNamespace(token_ids=[1, 2, 3, 4, 5, 6], trace=trace, virtual_time_s=8.0)
+    stats = offline.drop_stats(run, [(1.0, 3.0), (4.0, 6.0), (7.0, 7.5), (9.0, 10.0)])
+    # the drop at 7 s happened (the run lasted 8 s) but nothing was shown: it counts, with no text;
+    # the drop at 9 s came after the run ended
+    assert [(s["offline"], s["confirmed"], s["first_confirmed"]) for s in stats] == [(4, 2, True), (1, 1, True),
+                                                                                      (0, 0, False)]
 
 
 def test_online_top1_reads_the_most_probable_depth1_node():

@@ -128,7 +128,7 @@ def greedy_chain(tree: DraftTree) -> list[tuple[int, float]]:
 
 # Default of offline_confidence_for: offline text is shown while the drafter gives the provisional chain at
 # least this probability (docs/RESULTS.md, "MoA": the sweep that chose it).
-OFFLINE_MIN_CONFIDENCE = 0.2
+OFFLINE_MIN_CONFIDENCE = 0.1
 
 
 def offline_confidence_for(asked: float | None = None) -> float:
