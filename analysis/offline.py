@@ -61,8 +61,7 @@ def drop_stats(run, drops: list[tuple[float, float]]) -> list[dict]:
     for start, end in drops:
         if run.virtual_time_s <= start:  # the run ended before the link dropped
             continue
-        later = [s for s in starts if s > start]
-        until = later[0] if later else float("inf")
+        until = next((s for s in starts if s > start), float("inf"))  # the next drop's text is not this one's
         first = next((s for s in snaps if start <= s["t"] < until), None)
         if first is None:  # nothing was shown offline during this drop
             out.append({"start": start, "end": end, "offline": 0, "confirmed": 0, "first_confirmed": False})

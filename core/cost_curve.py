@@ -311,14 +311,15 @@ def method_acceptance(method: str, results: str | Path = RESULTS,
     deep fixed trees) measured more depths: an `auto` run on a machine with a steep cost curve drafts one level
     and so says nothing about deeper ones. The drafting cost comes from `results` when it has the method (the
     latest drafting code), as draft ms per cycle over the levels drafted there."""
-    cur = _overall(results, method)
-    deep = _overall(deep_results, method) if deep_results is not None else None
-    cur_p = _positions(cur[0]) if cur else []
-    deep_p = _positions(deep[0]) if deep else []
-    if not cur_p and not deep_p:
+    runs = []  # (figures, path) of each summary that measured the method; the latest first
+    for path in (results, deep_results):
+        run = _overall(path, method) if path is not None else None
+        if run and _positions(run[0]):
+            runs.append((run, path))
+    if not runs:
         return None
-    acc_from, acc_path = (deep, deep_results) if len(deep_p) > len(cur_p) else (cur, results)
-    cost_from = cur if cur and cur[0].get("draft_ms_per_cycle") is not None and cur_p else acc_from
+    acc_from, acc_path = max(runs, key=lambda r: len(_positions(r[0][0])))  # a tie keeps the latest
+    cost_from = runs[0][0]
     p = _positions(acc_from[0])
     source = f"{Path(acc_path).name}: {method}"
     if cost_from is not acc_from:
