@@ -158,3 +158,17 @@ def test_real_target_greedy_lossless():
     taus = assert_greedy_lossless(target, lambda: AmphistaDrafter.random(target, seed=0), [prompt],
                                   max_new_tokens=24)
     assert taus[0] >= 1.0
+
+
+def test_inference_copies_draft_what_the_modules_compute():
+    """draft() runs begin()'s fused layers and batched heads (StackedHeads); its tree equals the one the
+    training modules give (head_states + auto_embed)."""
+    target = tiny()
+    drafter = AmphistaDrafter.random(target, seed=3)
+    pre = prefill(target, [9, 8, 7, 6, 5])
+    drafter.begin(target, pre)
+    fast = drafter.draft(pre.bonus)
+    with torch.no_grad():
+        want = drafter.tree_from_logits(drafter.lm_logits(drafter.auto_embed(drafter.head_states(*drafter.stage_out))))
+    assert torch.equal(fast.tokens, want.tokens)
+    assert torch.allclose(fast.draft_probs, want.draft_probs, atol=1e-5)

@@ -310,3 +310,16 @@ def test_real_target_greedy_lossless():
     taus = assert_greedy_lossless(target, lambda: MedusaDrafter.random(target, seed=0), [prompt],
                                   max_new_tokens=24)
     assert taus[0] >= 1.0
+
+
+def test_batched_heads_draft_what_the_modules_compute():
+    """draft() runs the heads batched (StackedHeads): the same tree as the modules' head_logits."""
+    target = tiny()
+    drafter = MedusaDrafter.random(target, seed=2, num_layers_per_head=2)
+    pre = prefill(target, [3, 1, 4, 1, 5])
+    drafter.begin(target, pre)
+    fast = drafter.draft(pre.bonus)
+    with torch.no_grad():
+        want = drafter.tree_from_logits(drafter.head_logits(drafter.feature))
+    assert torch.equal(fast.tokens, want.tokens)
+    assert torch.allclose(fast.draft_probs, want.draft_probs, atol=1e-5)

@@ -148,7 +148,6 @@ def test_tli_equals_running_the_target_layers(tiny, trained, tli):
     prompt = prompts[0]
     r, big_l = len(prompt), tiny.n_layers
     pre = prefill(tiny, prompt, d.needs)
-    d.begin(tiny, pre)
     calls = []
     run_tli = d._tli
 
@@ -159,6 +158,7 @@ def test_tli_equals_running_the_target_layers(tiny, trained, tli):
 
     d._tli = record
     try:
+        d.begin(tiny, pre)  # begin() (like accept()) drafts the root; draft() the rest of the tree
         d.draft(pre.bonus)
     finally:
         del d._tli
@@ -493,3 +493,23 @@ def test_a_fresh_drafter_starts_from_target_layers(tiny):
             assert torch.equal(mine.state_dict()[name], value.to(mine.state_dict()[name].dtype)), name
     plain = MoADrafter.random(tiny, seed=0, init_from_target=False)
     assert not torch.equal(plain.sa.self_attn.q_proj.weight, first.self_attn.q_proj.weight)
+
+
+@pytest.mark.parametrize("ca_mlp", [False, True])
+def test_fused_prediction_equals_the_modules(tiny, ca_mlp):
+    """Inference's fused CA / CA MLP / head (begin()'s copies) compute what the training modules compute."""
+    d = MoADrafter.random(tiny, seed=4, ca_mlp=ca_mlp, **SMALL)
+    with torch.no_grad():
+        for p in d.parameters():  # zero-initialised parts (out projections) would hide a mistake
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    prompt = tiny_prompts(VOCAB, n=1, length=9, seed=8)[0]
+    d.begin(tiny, prefill(tiny, prompt, d.needs))
+    x = torch.randn(1, 3, tiny.hidden_size)
+    positions = torch.tensor([[9, 10, 11]])
+    cos, sin = d._rope(positions)
+    mem_k, mem_v = d.ca_cache.layer_view(0)
+    with torch.no_grad():
+        want = d._predict(x, cos, sin, mem_k, mem_v, None)
+        got = d._predict_inference(x, cos, sin, mem_k, mem_v)
+    assert want.abs().max() > 0.1
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)

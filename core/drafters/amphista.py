@@ -46,6 +46,7 @@ from core.drafters.static_tree import StaticTreeMixin
 from core.drafters.trained import (
     DrafterConfig,
     ResBlock,
+    StackedHeads,
     TrainBatch,
     TrainedDrafter,
     deepen_heads,
@@ -109,6 +110,7 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         self.cache: KVCache | None = None
         self.stage_out: tuple[torch.Tensor, torch.Tensor] | None = None
         self._fused: tuple[FusedLayer, FusedLayer, FusedLayer] | None = None  # inference: rebuilt by begin()
+        self._stacked: StackedHeads | None = None  # inference: the heads batched, rebuilt by begin()
         self._auto_rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self.tree_auto = True  # tree size sized for this machine (StaticTreeMixin.resolve_auto_static_tree)
         self.tree_choice: dict | None = None
@@ -171,6 +173,7 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         # inference copies of the three decoder layers (training in between is picked up here), and the
         # auto-embedding block's constant no-rotation cos/sin and full mask, made once per conversation
         self._fused = (fused_copy(self.stage1), fused_copy(self.stage2), fused_copy(self.auto_embedding))
+        self._stacked = StackedHeads(self.heads)
         k = self.config.num_heads
         cos = torch.ones(1, k, self.head_dim, dtype=self.dtype, device=target.device)
         self._auto_rope = (cos, torch.zeros_like(cos), torch.ones(1, 1, k, k, dtype=torch.bool, device=cos.device))
@@ -210,13 +213,15 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
 
     @torch.no_grad()
     def draft(self, root: int) -> DraftTree:
-        states = self.head_states(*self.stage_out)
         if self._fused is None:
-            z = self.auto_embed(states)
+            z = self.auto_embed(self.head_states(*self.stage_out))
         else:  # auto_embed() on the fused copy, with its constant cos/sin/mask made once in begin()
             tgt = self.target
             cos, sin, full = self._auto_rope
-            x = states.reshape(1, *states.shape[-2:]) + self.head_pos
+            s1, s2 = self.stage_out  # head_states(), the heads batched (StackedHeads)
+            k = self.config.num_heads
+            states = self._stacked(torch.stack([s1] * self.split + [s2] * (k - self.split)))
+            x = states[None] + self.head_pos
             y, _ = run_layer(self._fused[2], x, cos, sin, full, None, 0, tgt.n_heads, tgt.kv_heads, self.head_dim)
             z = self.to_target_units(y.reshape(states.shape))
         return self.tree_from_logits(self.lm_logits(z))

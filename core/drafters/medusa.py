@@ -43,6 +43,7 @@ from core.drafters.static_tree import StaticTreeMixin
 from core.drafters.trained import (
     DrafterConfig,
     ResBlock,
+    StackedHeads,
     TrainBatch,
     TrainedDrafter,
     deepen_heads,
@@ -79,6 +80,7 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
         self.needs = TargetNeeds(hidden_layers=(config.n_target_layers,))
         self._init_vocab_and_tree(target)
         self.feature: torch.Tensor | None = None
+        self._stacked: StackedHeads | None = None
         self.tree_auto = True  # tree sized for this machine (StaticTreeMixin.resolve_auto_static_tree)
         self.tree_choice: dict | None = None
 
@@ -108,6 +110,7 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
     def begin(self, target: Target, prefill: Verified) -> None:
         super().begin(target, prefill)
         self.resolve_auto_static_tree(target)
+        self._stacked = StackedHeads(self.heads)  # inference: the heads batched (weights may have changed)
         self.feature = prefill.hidden[self.config.n_target_layers][-1]
 
     def accept(self, step: Verified) -> None:
@@ -116,7 +119,10 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
 
     @torch.no_grad()
     def draft(self, root: int) -> DraftTree:
-        return self.tree_from_logits(self.head_logits(self.feature))
+        """head_logits(feature), with the heads run batched (`StackedHeads`)."""
+        feature = self.to_drafter_units(self.feature.to(self._stacked.dtype))
+        states = self.to_target_units(self._stacked(feature.expand(self.config.num_heads, -1)))
+        return self.tree_from_logits(self.lm_logits(states))
 
     # ----- training ----------------------------------------------------------------------
     def train_states(self, batch: TrainBatch) -> torch.Tensor:

@@ -31,10 +31,11 @@ Target Layer Inference (TLI), N = config.tli:
            the root and drafted nodes use keys/values computed from predicted states under
            the tree mask. Then the final norm and LM head.
 
-Cache invariants after accept(): SA cache = the verified tokens (drafted entries are cropped;
-the root and accepted tokens get their keys and values only, `_sa_context`: nothing reads SA's
-output at a verified position, so the rest of the layer is skipped), CA memory = LSA of every
-verified token, TLI cache = true keys/values of every verified token.
+Cache invariants after accept(): SA cache = the verified tokens (drafted entries are cropped),
+CA memory = LSA of every verified token, TLI cache = true keys/values of every verified token.
+accept() also drafts the next root: it runs in the same SA call as the newly verified tokens (one
+layer call a cycle, not two), its keys/values wait one slot past the verified ones, uncounted, and
+draft() counts them back in and starts from the log-probs accept() left.
 
 Offline drafting (docs/ARCHITECTURE.md, "Client-server"): when the link to the target drops,
 the drafter keeps going on its own. `extend_unverified(tokens)` accepts tokens
@@ -128,7 +129,18 @@ from core.drafters.trained import (
     weighted_mean,
 )
 from core.kv_cache import KVCache
-from core.layers import FusedLayer, append_layer_kv, decoder_layer, fused_copy, run_layer
+from core.layers import (
+    FusedLayer,
+    _rms,
+    _rotate_signed,
+    _signed_sin,
+    append_layer_kv,
+    decoder_layer,
+    fused_copy,
+    linear,
+    maybe_pack,
+    run_layer,
+)
 from core.target import Target
 from core.tree import DraftTree
 
@@ -167,6 +179,22 @@ class MoAConfig(DrafterConfig):
     ce_weight: float = 0.1
     draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
     context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
+
+
+@dataclass
+class FusedPredict:
+    """Inference copies of what `_predict` runs per drafted token (CA, the CA MLP, the head), stacked and
+    packed as core.layers does for decoder layers; rebuilt by begin(), so training in between is picked up."""
+
+    ca_norm: torch.Tensor
+    ca_eps: float
+    q: torch.Tensor
+    o: torch.Tensor
+    mlp: tuple | None  # the CA MLP block: (norm weight, eps, gate and up stacked, down, activation)
+    out_norm: torch.Tensor
+    out_eps: float
+    head: torch.Tensor
+    packed: tuple  # packed q, o, head, gate_up, down (None each where packed matmuls do not win here)
 
 
 class LayerSelfAttention(nn.Module):
@@ -281,6 +309,8 @@ class MoADrafter(TrainedDrafter):
         self.train_needs = TargetNeeds(hidden_layers=tuple(sorted({big_l - n, big_l})), layer_kv=True)
         self.sa_cache: KVCache | None = None
         self._provisional: list[int] = []
+        self._root_lp: torch.Tensor | None = None  # the root's draft log-probs, run by accept() (see _absorb)
+        self._ca_fused: FusedPredict | None = None  # inference only: CA, CA MLP and head, rebuilt by begin()
         self._sa_fused: FusedLayer | None = None  # inference only: SA's weights stacked, rebuilt by begin()
         self.tree_auto = True  # depth / total_tokens sized for this machine (trained.resolve_auto_tree)
         self.tree_choice: dict | None = None
@@ -326,6 +356,41 @@ class MoADrafter(TrainedDrafter):
         if self.config.ca_mlp:
             h = h + self.mlp(self.mlp_norm(h))
         return self.to_target_units(self.head(self.out_norm(h)))
+
+    def _fuse_predict(self) -> FusedPredict:
+        """`FusedPredict` from the current weights (see `_predict_inference`)."""
+        with torch.no_grad():
+            q, o, head = (m.weight.detach().clone() for m in (self.ca.q_proj, self.ca.o_proj, self.head))
+            mlp, mats = None, [q, o, head]
+            if self.config.ca_mlp:
+                gate_up = torch.cat([self.mlp.gate_proj.weight.detach(), self.mlp.up_proj.weight.detach()])
+                down = self.mlp.down_proj.weight.detach().clone()
+                mlp = (self.mlp_norm.weight.detach().clone(), float(self.mlp_norm.variance_epsilon), gate_up, down,
+                       self.mlp.act_fn)
+                mats += [gate_up, down]
+            return FusedPredict(ca_norm=self.ca_norm.weight.detach().clone(),
+                                ca_eps=float(self.ca_norm.variance_epsilon), q=q, o=o, mlp=mlp,
+                                out_norm=self.out_norm.weight.detach().clone(),
+                                out_eps=float(self.out_norm.variance_epsilon), head=head,
+                                packed=tuple(maybe_pack(w) for w in mats) + (None,) * (5 - len(mats)))
+
+    def _predict_inference(self, sa_out: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mem_k: torch.Tensor,
+                           mem_v: torch.Tensor) -> torch.Tensor:
+        """`_predict` over the whole (verified) memory, on begin()'s fused copies: the same arithmetic in
+        fewer calls (one RMSNorm call each, q rotated once, gate and up in one matmul, packed weights)."""
+        f = self._ca_fused
+        b, t, _ = sa_out.shape
+        heads, hd = self.ca.heads, self.ca.head_dim
+        p_q, p_o, p_head, p_gate_up, p_down = f.packed
+        q = linear(_rms(sa_out, f.ca_norm, f.ca_eps), f.q, None, p_q).view(b, t, heads, hd)
+        q = _rotate_signed(q, cos[:, :, None], _signed_sin(sin[:, :, None])).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, mem_k, mem_v, enable_gqa=heads != self.ca.kv_heads)
+        h = sa_out + linear(a.transpose(1, 2).reshape(b, t, heads * hd), f.o, None, p_o)
+        if f.mlp is not None:
+            norm, eps, gate_up, down, act = f.mlp
+            gate, up = linear(_rms(h, norm, eps), gate_up, None, p_gate_up).chunk(2, dim=-1)
+            h = h + linear(act(gate) * up, down, None, p_down)
+        return self.to_target_units(linear(_rms(h, f.out_norm, f.out_eps), f.head, None, p_head))
 
     def _tli(self, state: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Run the target's last N layers on predicted states [1, m, H] over the TLI cache (the target's own
@@ -381,7 +446,7 @@ class MoADrafter(TrainedDrafter):
         cos, sin = (tcos, tsin) if tcos.dtype == self._dtype else (tcos.to(self._dtype), tsin.to(self._dtype))
         sa_out = self._sa(tokens, positions, mask, (cos, sin))
         mem_k, mem_v = self.ca_cache.layer_view(0)
-        state = self._predict(sa_out, cos, sin, mem_k, mem_v, None)  # the whole memory is verified
+        state = self._predict_inference(sa_out, cos, sin, mem_k, mem_v)  # the whole memory is verified
         self._tli_rope = (positions, (tcos, tsin))
         try:
             return self._tli(state, positions, mask)
@@ -390,7 +455,10 @@ class MoADrafter(TrainedDrafter):
 
     def _step(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Draft tokens [1, m] at positions [1, m] under `mask` -> log-probs [m, V'] over the drafting vocabulary."""
-        final = self._advance(tokens, positions, mask)
+        return self._logprobs(self._advance(tokens, positions, mask))
+
+    def _logprobs(self, final: torch.Tensor) -> torch.Tensor:
+        """Final features [1, m, H] -> log-probs [m, V'] over the drafting vocabulary."""
         if final.dtype != self.target.dtype:
             final = final.to(self.target.dtype)
         return torch.log_softmax(self.vocab.logits(final)[0], dim=-1)
@@ -406,6 +474,7 @@ class MoADrafter(TrainedDrafter):
         self.tli_cache = KVCache(max(1, self.config.tli), kvh, hd, cap, dtype=target.dtype, device=dev)
         resolve_auto_tree(self, target)
         self._sa_fused = fused_copy(self.sa)  # SA's weights may have changed (training) since the last conversation
+        self._ca_fused = self._fuse_predict()
         self._absorb(prefill)
 
     @torch.no_grad()
@@ -414,20 +483,23 @@ class MoADrafter(TrainedDrafter):
         self._absorb(step)
 
     def _absorb(self, step: Verified) -> None:
-        """Bring SA, CA memory and TLI caches up to date with newly verified tokens."""
+        """Bring SA, CA memory and TLI caches up to date with newly verified tokens, and draft the next root.
+
+        The root (step.bonus) is run in the same SA call as the verified tokens: one decoder-layer call a
+        cycle instead of two. Its keys/values stay in the SA (and TLI) buffers one slot past the verified
+        ones, written but not counted (the caches' `length` stays = verified tokens), and its log-probs wait
+        in `_root_lp` for `draft(step.bonus)`, which counts the slot back in."""
         if step.layer_kv is None:
             raise ValueError("MoA needs the target's per-layer keys/values (needs.layer_kv)")
         start, dev = step.start_position, self.target.device
         n_new = len(step.tokens)
-        positions = start + torch.arange(n_new, device=dev)[None]
-        tokens = torch.tensor(step.tokens, dtype=torch.long, device=dev)[None]
-        tcos, tsin = self.target.rope(positions)  # once for SA, CA memory and TLI
+        positions = start + torch.arange(n_new + 1, device=dev)[None]  # the verified tokens, then the root
+        tokens = torch.tensor(list(step.tokens) + [step.bonus], dtype=torch.long, device=dev)[None]
+        tcos, tsin = self.target.rope(positions)  # once for SA, CA memory, TLI and the root's prediction
         cos, sin = (tcos, tsin) if tcos.dtype == self._dtype else (tcos.to(self._dtype), tsin.to(self._dtype))
-        self.sa_cache.crop(start)
-        self._sa_context(tokens, positions, (cos, sin))
         layer_kv = step.layer_kv.to(dev)
         vec, att = self.lsa(layer_kv, need_weights=True)
-        k, v = self.ca.memory(vec[None], cos, sin)
+        k, v = self.ca.memory(vec[None], cos[:, :n_new], sin[:, :n_new])
         self.ca_cache.crop(start)
         self.ca_cache.append(0, k, v)
         self.ca_cache.commit(n_new)
@@ -435,10 +507,24 @@ class MoADrafter(TrainedDrafter):
         if n:
             self.tli_cache.crop(start)
             for i in range(n):
-                k, v = rope_kv(layer_kv[None, :, big_l - n + i], tcos, tsin, self.target.kv_heads,
-                               self.target.head_dim)
+                k, v = rope_kv(layer_kv[None, :, big_l - n + i], tcos[:, :n_new], tsin[:, :n_new],
+                               self.target.kv_heads, self.target.head_dim)
                 self.tli_cache.append(i, k, v)
             self.tli_cache.commit(n_new)
+        self.sa_cache.crop(start)
+        sa_out = self._sa(tokens, positions, None, (cos, sin))[:, -1:]  # nothing reads SA at verified rows
+        mem_k, mem_v = self.ca_cache.layer_view(0)
+        state = self._predict_inference(sa_out, cos[:, -1:], sin[:, -1:], mem_k, mem_v)
+        self._tli_rope = (positions[:, -1:], (tcos[:, -1:], tsin[:, -1:]))
+        try:
+            final = self._tli(state, positions[:, -1:], None)
+        finally:
+            self._tli_rope = None
+        self._root_lp = self._logprobs(final)[0]
+        root_at = start + n_new
+        self.sa_cache.crop(root_at)  # the root's slot stays written; draft() counts it back in
+        if n:
+            self.tli_cache.crop(root_at)
         self._lsa_attention = att.float().cpu()
         self._lsa_tokens = torch.tensor(step.tokens, dtype=torch.long)
         self._root_token = step.bonus
@@ -460,6 +546,7 @@ class MoADrafter(TrainedDrafter):
         """
         if not tokens:
             return
+        self._root_lp = None  # the root's pre-run slot is overwritten by the chain below (same token first)
         dev = self.target.device
         r = self.sa_cache.length  # the current root's position
         chain = torch.tensor([self._root_token] + list(tokens[:-1]), dtype=torch.long, device=dev)[None]
@@ -480,6 +567,7 @@ class MoADrafter(TrainedDrafter):
             self.tli_cache.crop(verified)
         self._root_token = self._verified_root
         self._provisional = []
+        self._root_lp = None  # the root's pre-run slot may have been overwritten by the provisional chain
 
     @torch.no_grad()
     def draft(self, root: int) -> DraftTree:
@@ -489,7 +577,13 @@ class MoADrafter(TrainedDrafter):
         cfg = self.config
         r = self.sa_cache.length  # the root's position = number of verified (+ provisional) tokens
         dev = self.target.device
-        root_lp = self._step(torch.tensor([[root]], device=dev), torch.tensor([[r]], device=dev), None)[0]
+        if self._root_lp is not None:  # run by accept() with the verified tokens: count its cache slot in
+            root_lp, self._root_lp = self._root_lp, None
+            self.sa_cache.commit(1)
+            if cfg.tli:
+                self.tli_cache.commit(1)
+        else:  # after offline drafting (extend_unverified / rollback_unverified) the root is run here
+            root_lp = self._step(torch.tensor([[root]], device=dev), torch.tensor([[r]], device=dev), None)[0]
 
         def expand(batch: Expansion) -> torch.Tensor:
             m = batch.tokens.numel()

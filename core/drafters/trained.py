@@ -22,8 +22,8 @@ from core.drafters.dynamic_tree import check_tree_settings
 from core.target import Target
 
 __all__ = [
-    "LOSS_DECAY", "TARGET_FIELDS", "TOPK_METRICS", "TREE_OPTIONS", "DrafterConfig", "ResBlock", "TrainBatch",
-    "TrainedDrafter", "apply_tree_options", "check_draft_vocab_size", "check_hyper", "deepen_heads",
+    "LOSS_DECAY", "TARGET_FIELDS", "TOPK_METRICS", "TREE_OPTIONS", "DrafterConfig", "ResBlock", "StackedHeads",
+    "TrainBatch", "TrainedDrafter", "apply_tree_options", "check_draft_vocab_size", "check_hyper", "deepen_heads",
     "distill_terms", "layer_config", "multi_head_loss", "perturb", "resolve_auto_tree", "rope_kv",
     "target_tokens_in_vocab", "top1", "weighted_mean", "AUTO",
 ]
@@ -224,6 +224,31 @@ class ResBlock(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + F.silu(self.linear(x))
+
+
+class StackedHeads:
+    """Inference copy of K ResBlock heads of equal depth (Medusa's, Amphista's): per depth, one batched
+    matmul for all K heads instead of K calls. Built from the modules at begin(), so training in between is
+    picked up; the modules themselves stay what training and saving use."""
+
+    def __init__(self, heads: torch.nn.ModuleList) -> None:
+        blocks = [list(head) for head in heads]
+        with torch.no_grad():  # per depth: W^T stacked [K, H, H] and b [K, 1, H], for x @ W^T + b
+            self.weight = [torch.stack([head[d].linear.weight.detach().t() for head in blocks]).contiguous()
+                           for d in range(len(blocks[0]))]
+            self.bias = [torch.stack([head[d].linear.bias.detach() for head in blocks])[:, None]
+                         for d in range(len(blocks[0]))]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weight[0].dtype
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [K, H] (row i: head i's input) -> the heads' outputs [K, H]."""
+        x = x[:, None]
+        for w, b in zip(self.weight, self.bias):
+            x = x + F.silu(torch.baddbmm(b, x, w))
+        return x[:, 0]
 
 
 @torch.no_grad()
