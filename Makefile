@@ -212,7 +212,18 @@ moa-phase12: setup
 		SEED=12 RUN=runs/moa-near TRAIN_ARGS="--warmup 30 --dtype bfloat16 --autocast on --eval-every 400 \
 		--eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters $(MOA_PHASE12_HYPER)"
 
-.PHONY: moa-phase11 moa-phase12 moa-ablation
+# Phase 13: the shipped moa continued with cross-attention limited to the 16 most recent verified positions
+# (ca_window, an architecture change: phases 11 and 12 changed the LSA width and the objective and tied the
+# shipped drafter; the channel probe showed CA reading an attention sink on early prompt positions).
+MOA_PHASE13_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper ce_weight=1.0 \
+	--hyper moa.ca_window=16 --hyper moa.staircase_until=0
+moa-phase13: setup
+	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=$(or $(PHASE13_MIN),55) \
+		BATCH_TOKENS=1024 LR=3e-4 SEED=13 RUN=runs/moa-window TRAIN_ARGS="--warmup 30 --dtype bfloat16 \
+		--autocast on --eval-every 400 --eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters \
+		$(MOA_PHASE13_HYPER)"
+
+.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-ablation
 moa-phase11: setup
 	$(MAKE) train DRAFTERS=moa,moa-narrow DATA=assets/distill_v5/distill.npz STEPS=1050 BATCH_TOKENS=1024 LR=5e-4 \
 		SEED=11 RUN=runs/moa-wide TRAIN_ARGS="--warmup 50 --dtype bfloat16 --autocast on --eval-every 350 \

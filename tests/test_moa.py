@@ -513,3 +513,30 @@ def test_fused_prediction_equals_the_modules(tiny, ca_mlp):
         got = d._predict_inference(x, cos, sin, mem_k, mem_v)
     assert want.abs().max() > 0.1
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_ca_window_reads_only_the_recent_verified_positions(tiny):
+    """With ca_window=w a drafted node's probability equals the training forward (same window in CA's mask),
+    and changing the LSA input of any verified position before the window leaves the tree unchanged."""
+    d = MoADrafter.random(tiny, seed=5, ca_window=3, **SMALL)
+    with torch.no_grad():
+        for p in d.parameters():  # zero-initialised parts would hide what CA reads
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    prompt = tiny_prompts(VOCAB, n=1, length=10, seed=9)[0]
+    r = len(prompt)
+    pre = prefill(tiny, prompt, d.needs)
+    d.begin(tiny, pre)
+    tree = d.draft(pre.bonus)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for i in range(0, len(tree), 2):
+            path = tree.path_to(i)[:-1]
+            batch = batch_for(d, tiny, prompt + [pre.bonus] + tree.tokens[path].tolist(), r)
+            batch.layer_kv[:, : r - 3] = torch.randn(batch.layer_kv[:, : r - 3].shape, generator=g) * 5
+            verified = torch.zeros(batch.input_ids.shape, dtype=torch.bool)
+            verified[:, :r] = True
+            _, final = d.train_forward(batch, d.last_verified(batch, verified=verified), progress=1.0)
+            prob = torch.softmax(tiny.logits(final[0, -1]), dim=-1)[tree.tokens[i]]
+            assert torch.allclose(prob, tree.draft_probs[i], rtol=1e-4, atol=1e-6), (i, len(path))
+    with pytest.raises(ValueError, match="ca_window"):
+        MoADrafter.random(tiny, seed=0, ca_window=-1, **SMALL)

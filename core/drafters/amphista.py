@@ -30,6 +30,8 @@ Amphista was published without code; this is our reading of the paper.
   Amphista is exactly a fresh Medusa (every head proposes the root's own
   prediction) and training starts from the LM head. `random()` adds small
   Gaussian noise to all of those tensors so random drafters differ.
+* Inference runs begin()'s copies: the three decoder layers fused and packed
+  (core.layers.fused_copy), the K heads batched (`trained.StackedHeads`).
 * Loss: as Medusa (per-head cross-entropy on the target's greedy tokens 2+i
   ahead, weighted 0.8^i), with the same metrics for the static tree builder.
 """

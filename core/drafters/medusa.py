@@ -22,6 +22,8 @@ Choices and deviations (docs/ARCHITECTURE.md, "Medusa"):
   head proposes the root's own prediction. `random()` therefore perturbs the
   zero-initialised weights with small Gaussian noise (std `noise / sqrt(fan_in)`),
   so that "random" drafters have heads that disagree and seeds that differ.
+* At inference the K heads run batched (`trained.StackedHeads`, built at begin()): one
+  matmul per ResBlock depth for all heads instead of K, the same arithmetic.
 * Loss: cross-entropy of head i against hard labels 2+i tokens ahead, weighted
   0.8^i, where loss_mask marks answer tokens. The label is the target's own
   argmax for that position given the data's tokens before it

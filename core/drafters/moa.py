@@ -97,7 +97,6 @@ for N > 0, hidden[L-N] (the regressed state). The trainer reads `train_needs` wh
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +113,7 @@ from core.drafters.dynamic_tree import (
     Expansion,
     build_dynamic_tree,
 )
+from core.drafters.moa_attention import CrossAttention, FusedPredict, LayerSelfAttention
 from core.drafters.trained import (
     DrafterConfig,
     TrainBatch,
@@ -162,6 +162,10 @@ class MoAConfig(DrafterConfig):
     # An MLP block after cross-attention (our earlier layout, not the reference's). It runs for every
     # drafted token, so it costs drafting time; the LSA encoder runs once per verified token instead.
     ca_mlp: bool = False
+    # Cross-attention reads only the `ca_window` most recent verified positions (0: all of them). Our addition:
+    # with the whole memory, CA learned an attention sink on early prompt positions and ignored where its
+    # memory came from (docs/RESULTS.md, "MoA"); a window makes the recent verified states the only ones to read.
+    ca_window: int = 0
     # A fresh drafter starts SA as a copy of the target's first layer (both read token embeddings) and
     # CA's projections as copies of the target's last layer's attention (LSA vectors regress deep
     # states); our choice, where the reference code starts from random weights. Only `random()` reads it.
@@ -181,96 +185,13 @@ class MoAConfig(DrafterConfig):
     context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
 
 
-@dataclass
-class FusedPredict:
-    """Inference copies of what `_predict` runs per drafted token (CA, the CA MLP, the head), stacked and
-    packed as core.layers does for decoder layers; rebuilt by begin(), so training in between is picked up."""
-
-    ca_norm: torch.Tensor
-    ca_eps: float
-    q: torch.Tensor
-    o: torch.Tensor
-    mlp: tuple | None  # the CA MLP block: (norm weight, eps, gate and up stacked, down, activation)
-    out_norm: torch.Tensor
-    out_eps: float
-    head: torch.Tensor
-    packed: tuple  # packed q, o, head, gate_up, down (None each where packed matmuls do not win here)
-
-
-class LayerSelfAttention(nn.Module):
-    """One bidirectional encoder layer over the target's L layers of one token's keys+values.
-
-    dim = kv_width (full width, the reference layout): the layers attend to each other over the whole
-    K+V of each layer, with no projection before the attention; otherwise K+V is narrowed to `dim` first.
-    """
-
-    def __init__(self, n_layers: int, kv_width: int, dim: int, heads: int, hidden: int, mlp_ratio: int = 4) -> None:
-        super().__init__()
-        if dim % heads:
-            raise ValueError(f"the LSA width {dim} must be divisible by lsa_heads {heads}")
-        self.heads = heads
-        self.in_norm = nn.LayerNorm(kv_width)  # keys and values come at the target's own (varied) scales
-        self.inp = nn.Identity() if dim == kv_width else nn.Linear(kv_width, dim)
-        self.layer_pos = nn.Parameter(torch.randn(n_layers, dim) * 0.02)  # position = the layer index
-        self.norm1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
-        self.out_norm = nn.LayerNorm(dim)
-        self.out = nn.Linear(dim, hidden)
-
-    def forward(self, kv: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """kv: [n, L, kv_width] -> (vectors [n, hidden], attention [n, L, L] averaged over heads, or None)."""
-        n, length, _ = kv.shape
-        x = self.inp(self.in_norm(kv.to(self.qkv.weight.dtype))) + self.layer_pos
-        q, k, v = self.qkv(self.norm1(x)).view(n, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        weights = None
-        if need_weights:
-            att = torch.softmax((q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1]), dim=-1)
-            a = att.to(v.dtype) @ v
-            weights = att.mean(1)
-        else:
-            a = F.scaled_dot_product_attention(q, k, v)
-        x = x + self.proj(a.transpose(1, 2).reshape(n, length, -1))
-        x = x + self.mlp(self.norm2(x))
-        return self.out(self.out_norm(x.mean(1))), weights
-
-
-class CrossAttention(nn.Module):
-    """Queries from the drafter's stream, keys/values from LSA vectors (grouped heads, RoPE)."""
-
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int) -> None:
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
-        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
-        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
-        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
-        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
-
-    def memory(self, vec: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """LSA vectors [B, S, H] at their positions -> roped keys, values [B, kv_heads, S, D]."""
-        return rope_kv(torch.cat([self.k_proj(vec), self.v_proj(vec)], dim=-1), cos, sin, self.kv_heads,
-                       self.head_dim)
-
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                mask: torch.Tensor | None) -> torch.Tensor:
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-        b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        q, _ = apply_rotary_pos_emb(q, q, cos.to(q.dtype), sin.to(q.dtype))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
-
-
 class MoADrafter(TrainedDrafter):
     name = "moa"
     config_class = MoAConfig
     # continuing a published drafter (core.training --init-from): these may change freely...
     training_only = ("period_min", "period_max", "staircase", "staircase_until", "ce_weight")
     # ...and changing one of these rebuilds the LSA encoder from scratch (SA, CA and head are kept)
-    rebuilt = {"lsa_full_width": ("lsa.",), "lsa_dim": ("lsa.",), "lsa_heads": ("lsa.",),
+    rebuilt = {"ca_window": (), "lsa_full_width": ("lsa.",), "lsa_dim": ("lsa.",), "lsa_heads": ("lsa.",),
                "lsa_mlp_ratio": ("lsa.",), "ca_mlp": ("mlp.", "mlp_norm.")}
 
     def __init__(self, config: MoAConfig, target: Target) -> None:
@@ -281,6 +202,9 @@ class MoADrafter(TrainedDrafter):
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= min(MAX_TLI, config.n_target_layers):
             raise ValueError(f"tli must be an integer in 0..{MAX_TLI} (and at most the target's layer count), "
                              f"got {n!r}")
+        if isinstance(config.ca_window, bool) or not isinstance(config.ca_window, int) or config.ca_window < 0:
+            raise ValueError(f"ca_window must be an integer >= 0 (0: every verified position), "
+                             f"got {config.ca_window!r}")
         if not 1 <= config.period_min <= config.period_max:
             raise ValueError(f"need 1 <= period_min <= period_max, got {config.period_min}, {config.period_max}")
         check_draft_vocab_size(config.draft_vocab_size, target)
@@ -438,6 +362,12 @@ class MoADrafter(TrainedDrafter):
                         tgt.head_dim)
         self.sa_cache.commit(tokens.shape[1])
 
+    def _ca_memory(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """CA's keys and values: every verified position, or the last `ca_window` of them."""
+        k, v = self.ca_cache.layer_view(0)
+        w = self.config.ca_window
+        return (k[:, :, -w:], v[:, :, -w:]) if w else (k, v)
+
     def _advance(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Run tokens [1, m] at positions [1, m] under `mask` into the SA/TLI caches -> final features [1, m, H].
 
@@ -445,7 +375,7 @@ class MoADrafter(TrainedDrafter):
         tcos, tsin = self.target.rope(positions)
         cos, sin = (tcos, tsin) if tcos.dtype == self._dtype else (tcos.to(self._dtype), tsin.to(self._dtype))
         sa_out = self._sa(tokens, positions, mask, (cos, sin))
-        mem_k, mem_v = self.ca_cache.layer_view(0)
+        mem_k, mem_v = self._ca_memory()
         state = self._predict_inference(sa_out, cos, sin, mem_k, mem_v)  # the whole memory is verified
         self._tli_rope = (positions, (tcos, tsin))
         try:
@@ -513,7 +443,7 @@ class MoADrafter(TrainedDrafter):
             self.tli_cache.commit(n_new)
         self.sa_cache.crop(start)
         sa_out = self._sa(tokens, positions, None, (cos, sin))[:, -1:]  # nothing reads SA at verified rows
-        mem_k, mem_v = self.ca_cache.layer_view(0)
+        mem_k, mem_v = self._ca_memory()
         state = self._predict_inference(sa_out, cos[:, -1:], sin[:, -1:], mem_k, mem_v)
         self._tli_rope = (positions[:, -1:], (tcos[:, -1:], tsin[:, -1:]))
         try:
@@ -646,6 +576,8 @@ class MoADrafter(TrainedDrafter):
         # positions with no verified past (only position 0) read position 0: a dummy that keeps the
         # softmax finite; they carry no loss.
         ca_mask = (cols <= lv) | ((lv < 0) & (cols == 0))
+        if cfg.ca_window:
+            ca_mask = ca_mask & (cols > lv - cfg.ca_window)
         state = self._predict(sa_out, cos, sin, mem_k, mem_v, ca_mask[:, None])
         final = state
         if n:

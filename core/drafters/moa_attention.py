@@ -1,0 +1,99 @@
+"""MoA's attention blocks (core/drafters/moa.py is the drafter): Layer Self-Attention over one token's
+per-layer keys and values, cross-attention from the drafter's stream onto LSA vectors, and the fused inference
+copy of what runs per drafted token (CA, its MLP, the head). Split from moa.py by concern: these are the
+network's parts, moa.py the drafting cycle and training that use them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.drafters.trained import rope_kv
+
+
+@dataclass
+class FusedPredict:
+    """Inference copies of what `_predict` runs per drafted token (CA, the CA MLP, the head), stacked and
+    packed as core.layers does for decoder layers; rebuilt by begin(), so training in between is picked up."""
+
+    ca_norm: torch.Tensor
+    ca_eps: float
+    q: torch.Tensor
+    o: torch.Tensor
+    mlp: tuple | None  # the CA MLP block: (norm weight, eps, gate and up stacked, down, activation)
+    out_norm: torch.Tensor
+    out_eps: float
+    head: torch.Tensor
+    packed: tuple  # packed q, o, head, gate_up, down (None each where packed matmuls do not win here)
+
+
+class LayerSelfAttention(nn.Module):
+    """One bidirectional encoder layer over the target's L layers of one token's keys+values.
+
+    dim = kv_width (full width, the reference layout): the layers attend to each other over the whole
+    K+V of each layer, with no projection before the attention; otherwise K+V is narrowed to `dim` first.
+    """
+
+    def __init__(self, n_layers: int, kv_width: int, dim: int, heads: int, hidden: int, mlp_ratio: int = 4) -> None:
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"the LSA width {dim} must be divisible by lsa_heads {heads}")
+        self.heads = heads
+        self.in_norm = nn.LayerNorm(kv_width)  # keys and values come at the target's own (varied) scales
+        self.inp = nn.Identity() if dim == kv_width else nn.Linear(kv_width, dim)
+        self.layer_pos = nn.Parameter(torch.randn(n_layers, dim) * 0.02)  # position = the layer index
+        self.norm1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
+        self.out_norm = nn.LayerNorm(dim)
+        self.out = nn.Linear(dim, hidden)
+
+    def forward(self, kv: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """kv: [n, L, kv_width] -> (vectors [n, hidden], attention [n, L, L] averaged over heads, or None)."""
+        n, length, _ = kv.shape
+        x = self.inp(self.in_norm(kv.to(self.qkv.weight.dtype))) + self.layer_pos
+        q, k, v = self.qkv(self.norm1(x)).view(n, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        weights = None
+        if need_weights:
+            att = torch.softmax((q @ k.transpose(-1, -2)).float() / math.sqrt(q.shape[-1]), dim=-1)
+            a = att.to(v.dtype) @ v
+            weights = att.mean(1)
+        else:
+            a = F.scaled_dot_product_attention(q, k, v)
+        x = x + self.proj(a.transpose(1, 2).reshape(n, length, -1))
+        x = x + self.mlp(self.norm2(x))
+        return self.out(self.out_norm(x.mean(1))), weights
+
+
+class CrossAttention(nn.Module):
+    """Queries from the drafter's stream, keys/values from LSA vectors (grouped heads, RoPE)."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q_proj = nn.Linear(hidden, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
+
+    def memory(self, vec: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """LSA vectors [B, S, H] at their positions -> roped keys, values [B, kv_heads, S, D]."""
+        return rope_kv(torch.cat([self.k_proj(vec), self.v_proj(vec)], dim=-1), cos, sin, self.kv_heads,
+                       self.head_dim)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        q, _ = apply_rotary_pos_emb(q, q, cos.to(q.dtype), sin.to(q.dtype))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
