@@ -71,6 +71,10 @@ Our choices where we differ from, or go beyond, the reference code (each for a r
   * A continued run (core.training --init-from) that changes the LSA layout rebuilds only the
     LSA encoder and keeps SA, CA and the head (MoADrafter.rebuilt), instead of starting from
     random weights: on two CPU cores there is no budget for a from-scratch run.
+  * `ca_window` > 0 (our addition; 0, the reference layout, is the default): CA reads only the last
+    `ca_window` verified positions. With the whole memory, CA learned an attention sink on early prompt
+    positions and did not use where its memory came from (docs/RESULTS.md, "MoA"); the window leaves it
+    only the recent verified states to read, and training applies the same window in CA's mask.
   * Long-horizon variants (`moa-h24`: period_max 24) train predictions up to 24 tokens past
     the last verified one, so that an offline chain of ~20 tokens stays in distribution.
 
