@@ -372,13 +372,18 @@ class MoADrafter(TrainedDrafter):
         w = self.config.ca_window
         return (k[:, :, -w:], v[:, :, -w:]) if w else (k, v)
 
-    def _advance(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _advance(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
+                 rope: tuple[torch.Tensor, torch.Tensor] | None = None, last_only: bool = False) -> torch.Tensor:
         """Run tokens [1, m] at positions [1, m] under `mask` into the SA/TLI caches -> final features [1, m, H].
 
-        RoPE is computed once for the call (SA, CA and, in the target's dtype, TLI share it)."""
-        tcos, tsin = self.target.rope(positions)
+        RoPE is computed once for the call, or given (the target's dtype; SA, CA and TLI share it).
+        last_only: all m tokens enter SA, only the last goes on through CA and TLI (-> [1, 1, H]); `accept()`
+        runs the verified tokens and the next root this way, since nothing reads SA at a verified row."""
+        tcos, tsin = rope if rope is not None else self.target.rope(positions)
         cos, sin = (tcos, tsin) if tcos.dtype == self._dtype else (tcos.to(self._dtype), tsin.to(self._dtype))
         sa_out = self._sa(tokens, positions, mask, (cos, sin))
+        if last_only:
+            sa_out, cos, sin, tcos, tsin, positions = (t[:, -1:] for t in (sa_out, cos, sin, tcos, tsin, positions))
         mem_k, mem_v = self._ca_memory()
         state = self._predict_inference(sa_out, cos, sin, mem_k, mem_v)  # the whole memory is verified
         self._tli_rope = (positions, (tcos, tsin))
@@ -446,15 +451,7 @@ class MoADrafter(TrainedDrafter):
                 self.tli_cache.append(i, k, v)
             self.tli_cache.commit(n_new)
         self.sa_cache.crop(start)
-        sa_out = self._sa(tokens, positions, None, (cos, sin))[:, -1:]  # nothing reads SA at verified rows
-        mem_k, mem_v = self._ca_memory()
-        state = self._predict_inference(sa_out, cos[:, -1:], sin[:, -1:], mem_k, mem_v)
-        self._tli_rope = (positions[:, -1:], (tcos[:, -1:], tsin[:, -1:]))
-        try:
-            final = self._tli(state, positions[:, -1:], None)
-        finally:
-            self._tli_rope = None
-        self._root_lp = self._logprobs(final)[0]
+        self._root_lp = self._logprobs(self._advance(tokens, positions, None, (tcos, tsin), last_only=True))[0]
         root_at = start + n_new
         self.sa_cache.crop(root_at)  # the root's slot stays written; draft() counts it back in
         if n:
