@@ -223,7 +223,17 @@ moa-phase13: setup
 		--autocast on --eval-every 400 --eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters \
 		$(MOA_PHASE13_HYPER)"
 
-.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-ablation
+# Phase 14: the phase-13 moa continued with the target's final feature added to each verified position's LSA
+# vector (final_feature, an input change: phases 11-13 changed the LSA width, the objective and CA's reach, and
+# each moved online tau by about 0.01; depth-1 top-8 accuracy stayed at 0.59 against EAGLE-2's 0.71).
+MOA_PHASE14_HYPER := $(MOA_PHASE13_HYPER) --hyper moa.final_feature=true
+moa-phase14: setup
+	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=$(or $(PHASE14_MIN),60) \
+		BATCH_TOKENS=1024 LR=3e-4 SEED=14 RUN=runs/moa-final TRAIN_ARGS="--warmup 30 --dtype bfloat16 \
+		--autocast on --eval-every 400 --eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters \
+		$(MOA_PHASE14_HYPER)"
+
+.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-phase14 moa-ablation
 moa-phase11: setup
 	$(MAKE) train DRAFTERS=moa,moa-narrow DATA=assets/distill_v5/distill.npz STEPS=1050 BATCH_TOKENS=1024 LR=5e-4 \
 		SEED=11 RUN=runs/moa-wide TRAIN_ARGS="--warmup 50 --dtype bfloat16 --autocast on --eval-every 350 \

@@ -27,10 +27,12 @@ REFERENCES = ("ar", "eagle2", "moa", "moa-tli1", "moa-tli3")
 
 
 def architecture(folder: Path) -> dict:
-    """What distinguishes a MoA checkpoint: LSA layout, the post-CA MLP, TLI N, trained horizon, curriculum."""
+    """What distinguishes a MoA checkpoint: LSA layout, the post-CA MLP, CA's window, whether it reads the final
+    feature, TLI N, trained horizon, curriculum."""
     cfg = json.loads((folder / "config.json").read_text())["config"]
     return {"lsa": "full width" if cfg.get("lsa_full_width", False) else f"narrow ({cfg.get('lsa_dim')})",
-            "ca_mlp": bool(cfg.get("ca_mlp", True)), "tli": cfg.get("tli", 0),
+            "ca_mlp": bool(cfg.get("ca_mlp", True)), "ca_window": cfg.get("ca_window", 0) or "all",
+            "final_feature": bool(cfg.get("final_feature", False)), "tli": cfg.get("tli", 0),
             "period": f"{cfg.get('period_min')}-{cfg.get('period_max')}",
             "staircase": cfg.get("staircase", "window")}
 
@@ -42,7 +44,8 @@ def checkpoint_folder(label: str, candidates: Path) -> Path:
 
 
 def table(summary: dict, offline_runs: dict[str, dict], archs: dict[str, dict]) -> str:
-    head = ("| label | LSA | CA MLP | TLI N | period | tau | acc@1 | acc@2 | acc@3 | acc@4 | tokens/s | speedup | "
+    head = ("| label | LSA | CA MLP | CA window | final feature | TLI N | period | tau | acc@1 | acc@2 | acc@3 | "
+            "acc@4 | tokens/s | speedup | "
             "draft ms/cycle | draft / verify | offline confirmed per drop | confirmed share | first token |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for label, row in summary["methods"].items():
@@ -52,6 +55,7 @@ def table(summary: dict, offline_runs: dict[str, dict], archs: dict[str, dict]) 
         off = offline_runs.get(label, {}).get("summary")
         cells = [label,
                  arch["lsa"] if arch else "–", ("yes" if arch["ca_mlp"] else "no") if arch else "–",
+                 str(arch["ca_window"]) if arch else "–", ("yes" if arch["final_feature"] else "no") if arch else "–",
                  str(arch["tli"]) if arch else "–", arch["period"] if arch else "–",
                  f"{o['tau']:.2f}", *[f"{a:.2f}" if a is not None else "–" for a in acc[:4]],
                  f"{o['tokens_per_s']:.1f}", f"{o['speedup']:.2f}x",

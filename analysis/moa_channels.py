@@ -12,6 +12,8 @@ greedy token by distance from the last verified position, three ways:
     layers_shuffled  the layers fed to LSA in a random order: does LSA use which layer is which?
     positions_shuffled  each position's activations swapped with another position's: does CA
                  use *where* in the text an activation comes from (the recent past)?
+    no_final_feature  (drafters with final_feature only) the projected final feature set to zero:
+                 what the feature of the last verified token adds
 
 If CA carried what EAGLE-2's feature carries, accuracy at distance 1 would sit well above
 distance 6 and far above `no_ca`. The gap between `normal` and `no_ca` is what the target's
@@ -41,7 +43,10 @@ def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0) ->
     held = load_distill(data, split="heldout")[:sequences]
     seqs = make_sequences(held, 512)
     out = {}
-    for variant in ("normal", "no_ca", "layers_shuffled", "positions_shuffled"):
+    variants = ["normal", "no_ca", "layers_shuffled", "positions_shuffled"]
+    if d.config.final_feature:
+        variants.append("no_final_feature")
+    for variant in variants:
         hits = torch.zeros(DISTANCES + 1)
         counts = torch.zeros(DISTANCES + 1)
         for i in range(0, len(seqs), 4):
@@ -58,13 +63,14 @@ def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0) ->
                 period = torch.randint(d.config.period_min, d.config.period_max + 1, (len(idx),),
                                        generator=torch.Generator().manual_seed(seed + i))
                 last = d.last_verified(batch, period=period)
-                saved = d.ca.forward
-                if variant == "no_ca":
-                    d.ca.forward = lambda x, *a, **k: torch.zeros_like(x)
+                switched_off = {"no_ca": d.ca, "no_final_feature": getattr(d.lsa, "feat", None)}.get(variant)
+                if switched_off is not None:
+                    switched_off.forward = lambda x, *a, **k: torch.zeros_like(x)
                 try:
                     _, final = d.train_forward(batch, last, 1.0)
                 finally:
-                    d.ca.forward = saved
+                    if switched_off is not None:
+                        del switched_off.forward  # back to the class's own forward
                 pred = d.vocab.to_token_ids(d.vocab.logits(final.to(target.dtype)).argmax(-1))
                 truth = batch.greedy_next()
             dist = torch.arange(ids.shape[1])[None] - last
@@ -96,15 +102,23 @@ def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
         last = d.last_verified(batch, period=torch.full((b,), period))
         pos = torch.arange(t)[None].expand(b, t)
         cos, sin = d._rope(pos)
-        vec, _ = d.lsa(batch.layer_kv.reshape(b * t, batch.layer_kv.shape[2], -1))
+        big_l = batch.layer_kv.shape[2]
+        final = batch.hidden[big_l].reshape(b * t, -1) if d.config.final_feature else None
+        out, _ = d.lsa(batch.layer_kv.reshape(b * t, big_l, -1), final=final)
+        vec, feats = out[:, :target.hidden_size], out[:, target.hidden_size:]  # memory | projected final feature
         causal = pos[:, None, :] <= pos[:, :, None]
         sa_out, _ = decoder_layer(d.sa, target.embed_tokens(ids).to(d._dtype), cos, sin, causal[:, None], None, 0,
                                   target.head_dim)
+        if d.config.final_feature:  # the last verified position's projected feature joins the stream
+            sa_out = sa_out + feats.view(b, t, -1).gather(1, last.clamp(min=0)[..., None].expand(b, t, -1))
         k, _ = d.ca.memory(vec.view(b, t, -1), cos, sin)
         q = d.ca.q_proj(d.ca_norm(sa_out)).view(b, t, d.ca.heads, d.ca.head_dim).transpose(1, 2)
         q, _ = apply_rotary_pos_emb(q, q, cos, sin)
         k = k.repeat_interleave(d.ca.heads // d.ca.kv_heads, dim=1)
-        mask = (pos[:, None, :] <= last[:, :, None])[:, None]
+        mask = pos[:, None, :] <= last[:, :, None]
+        if d.config.ca_window:  # what CA may read: the last ca_window verified positions (as in train_forward)
+            mask = mask & (pos[:, None, :] > last[:, :, None] - d.config.ca_window)
+        mask = mask[:, None]
         logits = (q.float() @ k.float().transpose(-1, -2)) / d.ca.head_dim ** 0.5
         p = torch.softmax(logits.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
     ok = ((last >= period) & loss.bool() & attn.bool())[:, None, :].expand(b, d.ca.heads, t)

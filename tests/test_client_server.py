@@ -62,9 +62,12 @@ def drafters(tiny, prompts):
     quick_train(moa, self_distill_batch(tiny, moa.train_needs, prompts), steps=30)
     eagle = Eagle2Drafter.random(tiny, seed=0, **TREE)
     quick_train(eagle, self_distill_batch(tiny, eagle.train_needs, prompts), steps=30)
+    final = MoADrafter.random(tiny, seed=5, final_feature=True, **MOA_SMALL)  # the server sends LSA + feature
+    with torch.no_grad():
+        final.lsa.feat.weight.normal_(0.0, 0.1, generator=torch.Generator().manual_seed(0))
     return {"ar": None, "eagle2": eagle, "moa": moa, "moa-random": MoADrafter.random(tiny, seed=3, **MOA_SMALL),
             "eagle2-random": Eagle2Drafter.random(tiny, seed=3, **TREE),
-            "moa-tli1": MoADrafter.random(tiny, seed=4, tli=1, **MOA_SMALL)}
+            "moa-tli1": MoADrafter.random(tiny, seed=4, tli=1, **MOA_SMALL), "moa-final": final}
 
 
 def greedy(target, prompt, n=MAX_NEW, stop=None):
@@ -188,18 +191,21 @@ def test_messages_round_trip_with_exact_sizes():
     # SmolLM2: 2-byte token ids, and one bfloat16 row of 576 values (1,152 bytes) per verified token
     assert row_width("moa", 576, 384) * 2 == 1152 and row_width("eagle2", 576, 384) * 2 == 1152
     assert row_width("moa", 576, 384, tli=1) * 2 == 1152 + 768 and row_width("ar", 576, 384) == 0
+    assert row_width("moa", 576, 384, lsa_width=1152) * 2 == 2304  # final_feature: the projected feature too
     assert len(encode(Reply(VERIFY_REPLY, 1, 0, [0, 1, 2], 7, torch.zeros(4, 576)))) == 12 + 4 + 6 + 2 + 6 + 4 * 1152
 
 
-@pytest.mark.parametrize("name", ["ar", "eagle2", "moa", "moa-tli1"])
+@pytest.mark.parametrize("name", ["ar", "eagle2", "moa", "moa-tli1", "moa-final"])
 def test_byte_counts_match_message_sizes(tiny, prompts, drafters, name):
     prompt = prompts[0]
     method = method_of(name)
     run = simulate(tiny, method, drafters[name], prompt, preset("4g", [(0.3, 1.0)]), MAX_NEW, timing=COST,
                    stop_tokens=set())
     tli = 1 if name == "moa-tli1" else 0
-    width = row_width(method, tiny.hidden_size, 2 * tiny.kv_heads * tiny.head_dim, tli)
-    assert width == {"ar": 0, "eagle2": 32, "moa": 32, "moa-tli1": 64}[name]  # tiny: H = 32, K+V = 32 a layer
+    lsa_width = 2 * tiny.hidden_size if name == "moa-final" else None
+    width = row_width(method, tiny.hidden_size, 2 * tiny.kv_heads * tiny.head_dim, tli, lsa_width)
+    # tiny: H = 32, K+V = 32 a layer
+    assert width == {"ar": 0, "eagle2": 32, "moa": 32, "moa-tli1": 64, "moa-final": 64}[name]
     up = down = 0
     for m in run.trace.messages:
         if m["kind"] == "prefill":

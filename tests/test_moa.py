@@ -499,9 +499,7 @@ def test_a_fresh_drafter_starts_from_target_layers(tiny):
 def test_fused_prediction_equals_the_modules(tiny, ca_mlp):
     """Inference's fused CA / CA MLP / head (begin()'s copies) compute what the training modules compute."""
     d = MoADrafter.random(tiny, seed=4, ca_mlp=ca_mlp, **SMALL)
-    with torch.no_grad():
-        for p in d.parameters():  # zero-initialised parts (out projections) would hide a mistake
-            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    perturb(d)
     prompt = tiny_prompts(VOCAB, n=1, length=9, seed=8)[0]
     d.begin(tiny, prefill(tiny, prompt, d.needs))
     x = torch.randn(1, 3, tiny.hidden_size)
@@ -515,28 +513,65 @@ def test_fused_prediction_equals_the_modules(tiny, ca_mlp):
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
+def perturb(d: MoADrafter) -> None:
+    """Nudge every weight: zero-initialised parts (out projections) would hide what a test is looking for."""
+    with torch.no_grad():
+        for p in d.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+
+
+def assert_tree_matches_training(d: MoADrafter, target: Target, prompt: list[int], bonus: int, tree,
+                                 edit=None) -> None:
+    """Every other node's draft probability equals the training forward over prompt + bonus + its path, with
+    the prompt verified (`edit(batch)` may change the batch first)."""
+    r = len(prompt)
+    with torch.no_grad():
+        for i in range(0, len(tree), 2):
+            path = tree.path_to(i)[:-1]
+            batch = batch_for(d, target, prompt + [bonus] + tree.tokens[path].tolist(), r)
+            if edit is not None:
+                edit(batch)
+            verified = torch.zeros(batch.input_ids.shape, dtype=torch.bool)
+            verified[:, :r] = True
+            _, final = d.train_forward(batch, d.last_verified(batch, verified=verified), progress=1.0)
+            prob = torch.softmax(target.logits(final[0, -1]), dim=-1)[tree.tokens[i]]
+            assert torch.allclose(prob, tree.draft_probs[i], rtol=1e-4, atol=1e-6), (i, len(path))
+
+
 def test_ca_window_reads_only_the_recent_verified_positions(tiny):
     """With ca_window=w a drafted node's probability equals the training forward (same window in CA's mask),
     and changing the LSA input of any verified position before the window leaves the tree unchanged."""
     d = MoADrafter.random(tiny, seed=5, ca_window=3, **SMALL)
-    with torch.no_grad():
-        for p in d.parameters():  # zero-initialised parts would hide what CA reads
-            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    perturb(d)
     prompt = tiny_prompts(VOCAB, n=1, length=10, seed=9)[0]
     r = len(prompt)
     pre = prefill(tiny, prompt, d.needs)
     d.begin(tiny, pre)
-    tree = d.draft(pre.bonus)
     g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for i in range(0, len(tree), 2):
-            path = tree.path_to(i)[:-1]
-            batch = batch_for(d, tiny, prompt + [pre.bonus] + tree.tokens[path].tolist(), r)
-            batch.layer_kv[:, : r - 3] = torch.randn(batch.layer_kv[:, : r - 3].shape, generator=g) * 5
-            verified = torch.zeros(batch.input_ids.shape, dtype=torch.bool)
-            verified[:, :r] = True
-            _, final = d.train_forward(batch, d.last_verified(batch, verified=verified), progress=1.0)
-            prob = torch.softmax(tiny.logits(final[0, -1]), dim=-1)[tree.tokens[i]]
-            assert torch.allclose(prob, tree.draft_probs[i], rtol=1e-4, atol=1e-6), (i, len(path))
+
+    def scramble_before_window(batch):
+        batch.layer_kv[:, : r - 3] = torch.randn(batch.layer_kv[:, : r - 3].shape, generator=g) * 5
+
+    assert_tree_matches_training(d, tiny, prompt, pre.bonus, d.draft(pre.bonus), scramble_before_window)
     with pytest.raises(ValueError, match="ca_window"):
         MoADrafter.random(tiny, seed=0, ca_window=-1, **SMALL)
+
+
+def test_final_feature_feeds_the_drafted_positions(tiny):
+    """final_feature: inference asks the target for its final feature, a drafted node's probability equals the
+    training forward (the last verified feature joins every drafted position), and the feature matters."""
+    d = MoADrafter.random(tiny, seed=6, final_feature=True, ca_window=4, **SMALL)
+    big_l = tiny.n_layers
+    assert d.needs.hidden_layers == (big_l,) and torch.count_nonzero(d.lsa.feat.weight) == 0  # starts as a no-op
+    perturb(d)
+    prompt = tiny_prompts(VOCAB, n=1, length=10, seed=10)[0]
+    pre = prefill(tiny, prompt, d.needs)
+    d.begin(tiny, pre)
+    tree = d.draft(pre.bonus)
+    assert_tree_matches_training(d, tiny, prompt, pre.bonus, tree)
+    pre.hidden[big_l] = pre.hidden[big_l] * -3.0
+    d.begin(tiny, pre)
+    assert not torch.allclose(d.draft(pre.bonus).draft_probs, tree.draft_probs)
+    pre.hidden.pop(big_l)
+    with pytest.raises(ValueError, match="final feature"):
+        d.begin(tiny, pre)

@@ -48,8 +48,11 @@ def test_offline_cli_checks_before_loading():
 
 
 def test_ablation_reads_each_checkpoints_architecture():
-    arch = moa_ablation.architecture(Path("assets/drafters/moa"))
-    assert arch == {"lsa": "narrow (128)", "ca_mlp": True, "tli": 0, "period": "6-14", "staircase": "window"}
+    folder = Path("assets/drafters/moa")
+    cfg = json.loads((folder / "config.json").read_text())["config"]
+    arch = moa_ablation.architecture(folder)
+    assert arch == {"lsa": "narrow (128)", "ca_mlp": True, "ca_window": cfg["ca_window"] or "all",
+                    "final_feature": cfg.get("final_feature", False), "tli": 0, "period": "6-14", "staircase": "window"}
     with pytest.raises(SystemExit):
         moa_ablation.main(["--candidates", "no/such/folder", "--out", "x"])
 

@@ -57,13 +57,14 @@ class ReceivedLSA(nn.Module):
     weights are not sent (they are for the app's LSA tab only): zeros come back instead.
     """
 
-    def __init__(self, n_layers: int, dtype: torch.dtype) -> None:
+    def __init__(self, n_layers: int, dtype: torch.dtype, out_width: int) -> None:
         super().__init__()
-        self.n_layers, self.dtype = n_layers, dtype
+        self.n_layers, self.dtype, self.out_width = n_layers, dtype, out_width
         self.pending: torch.Tensor | None = None
 
-    def forward(self, kv: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        vec = self.pending
+    def forward(self, kv: torch.Tensor, need_weights: bool = False,
+                final: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        vec = self.pending  # the server's vectors (final feature included, where the drafter reads it)
         if vec is None or vec.shape[0] != kv.shape[0]:
             raise RuntimeError("ReceivedLSA: no vectors received for these tokens")
         self.pending = None
@@ -89,7 +90,7 @@ def client_side(method: str, drafter: Drafter | None, target: Target) -> Iterato
         yield drafter, None
         return
     lsa = drafter.lsa
-    drafter.lsa = ReceivedLSA(target.n_layers, next(lsa.parameters()).dtype)
+    drafter.lsa = ReceivedLSA(target.n_layers, next(lsa.parameters()).dtype, lsa.out_width)
     try:
         yield drafter, lsa
     finally:
@@ -245,7 +246,8 @@ class Client:
         self.min_confidence = offline_confidence_for(offline_min_confidence) if self.offline_capable else 0.0
         self.offline_stops: list[dict] = []
         self._stopped_at: tuple[int, int] | None = None  # (verified, provisional) at the last recorded stop
-        self.width = row_width(method, target.hidden_size, 2 * target.kv_heads * target.head_dim, tli)
+        self.lsa_width = getattr(getattr(drafter, "lsa", None), "out_width", target.hidden_size)
+        self.width = row_width(method, target.hidden_size, 2 * target.kv_heads * target.head_dim, tli, self.lsa_width)
         self.root: int | None = None  # the target's last token, not yet run through it
         self.position = len(self.prompt)  # the root's position
         self.verified: list[int] = []
@@ -267,7 +269,7 @@ class Client:
         if self.method == "eagle2":
             hidden = {t.n_layers: rows.to(t.dtype).to(t.device)}
         elif self.method == "moa":
-            h = t.hidden_size
+            h = self.lsa_width
             kvw = 2 * t.kv_heads * t.head_dim
             self.drafter.lsa.pending = rows[:, :h]
             if self.tli:  # the true keys/values of the last N layers; the other layers are never read

@@ -17,8 +17,9 @@ in the prefill), bfloat16, depend on the method (docs/ARCHITECTURE.md, "Client-s
     ar      nothing: plain decoding over an API only needs the next token
     eagle2  the target's last hidden state (the feature EAGLE-2 fuses with the next token): H values
     moa     the projected LSA vector (LSA runs on the server, where the per-layer keys/values are;
-            the client never sees the 30 x 384 values per token): H values, plus for TLI N > 0 the
-            keys/values of the last N target layers (N x 2 x kv_heads x head_dim values)
+            the client never sees the 30 x 384 values per token): H values (2H for a drafter with
+            final_feature: its projected final feature too), plus for TLI N > 0 the keys/values of the
+            last N target layers (N x 2 x kv_heads x head_dim values)
 With SmolLM2 (H = 576) a row is 1,152 bytes for EAGLE-2 and MoA (N = 0).
 
 `encode(msg)` gives the exact bytes sent; traces count len(encode(msg)). The network model
@@ -47,14 +48,15 @@ def token_bytes(vocab_size: int) -> int:
     return 2 if vocab_size <= 65536 else 4
 
 
-def row_width(method: str, hidden_size: int, kv_width: int, tli: int = 0) -> int:
-    """Values (bfloat16) per verified token that `method` needs from the server."""
+def row_width(method: str, hidden_size: int, kv_width: int, tli: int = 0, lsa_width: int | None = None) -> int:
+    """Values (bfloat16) per verified token that `method` needs from the server (lsa_width: MoA's LSA output,
+    H, or 2H for a drafter with final_feature)."""
     if method == "ar":
         return 0
     if method == "eagle2":
         return hidden_size
     if method == "moa":
-        return hidden_size + tli * kv_width
+        return (lsa_width or hidden_size) + tli * kv_width
     raise ValueError(f"no client-server protocol for method {method!r}; choose one of {', '.join(METHODS)}")
 
 

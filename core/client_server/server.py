@@ -70,8 +70,9 @@ class Server:
     def _needs(self) -> TargetNeeds:
         if self.method == "eagle2":
             return TargetNeeds(hidden_layers=(self.target.n_layers,))
-        if self.method == "moa":
-            return TargetNeeds(layer_kv=True)
+        if self.method == "moa":  # an LSA that reads the final feature (MoAConfig.final_feature) gets it too
+            final = (self.target.n_layers,) if getattr(self.lsa, "reads_final", False) else ()
+            return TargetNeeds(hidden_layers=final, layer_kv=True)
         return TargetNeeds()
 
     def _rows(self, hidden: dict[int, torch.Tensor], kv: torch.Tensor | None) -> torch.Tensor | None:
@@ -80,7 +81,7 @@ class Server:
             return hidden[self.target.n_layers].to(torch.bfloat16)
         if self.method == "moa":
             with torch.no_grad():
-                vec, _ = self.lsa(kv)
+                vec, _ = self.lsa(kv, final=hidden.get(self.target.n_layers))
             parts = [vec]
             if self.tli:
                 big_l = self.target.n_layers
@@ -90,7 +91,8 @@ class Server:
 
     def row_width(self) -> int:
         t = self.target
-        return row_width(self.method or "ar", t.hidden_size, 2 * t.kv_heads * t.head_dim, self.tli)
+        return row_width(self.method or "ar", t.hidden_size, 2 * t.kv_heads * t.head_dim, self.tli,
+                         getattr(self.lsa, "out_width", None))
 
     @torch.no_grad()
     def handle(self, msg: Prefill | Verify) -> Reply:

@@ -75,6 +75,16 @@ Our choices where we differ from, or go beyond, the reference code (each for a r
     `ca_window` verified positions. With the whole memory, CA learned an attention sink on early prompt
     positions and did not use where its memory came from (docs/RESULTS.md, "MoA"); the window leaves it
     only the recent verified states to read, and training applies the same window in CA's mask.
+  * `final_feature` (our addition; False, the reference layout, is the default): the target's final feature
+    at the last verified position (LayerNorm, then a zero-initialised linear, computed in the LSA module as
+    a second vector per verified token) is added to every drafted position's SA output before CA. The
+    per-layer keys and values LSA reads stop one layer short of that feature, which is what EAGLE-2 drafts
+    from; three MoA-only phases that left the input alone (LSA width, objective, CA window) each moved online
+    tau by about 0.01 (docs/TRAINING.md). Added to CA's memory instead, the feature had to pass CA's
+    192-wide values and a learned recency, and 400 steps barely moved acc@1; added to the stream it is one
+    vector a cycle, shared by every node. The server computes it, so it travels in the payload row; the
+    drafter still never reads a feature of an unverified token, so offline drafting works as before (every
+    provisional token sees the last verified feature, as training's positions past a verified one do).
   * Long-horizon variants (`moa-h24`: period_max 24) train predictions up to 24 tokens past
     the last verified one, so that an offline chain of ~20 tokens stays in distribution.
 
@@ -94,7 +104,7 @@ values and positions in (v(j), j] the predicted path's, under the same mask as i
 true keys/values are read from batch.layer_kv: they are exactly the target's k/v projections
 of batch.hidden[L-N+i], so training needs no extra hidden layers for them.
 
-What the target must hand over: `needs` (inference) = per-layer keys/values only;
+What the target must hand over: `needs` (inference) = per-layer keys/values (+ hidden[L] with final_feature);
 `train_needs` (training) = the same plus hidden[L] (final feature, target distribution) and,
 for N > 0, hidden[L-N] (the regressed state). The trainer reads `train_needs` when present.
 """
@@ -170,6 +180,10 @@ class MoAConfig(DrafterConfig):
     # with the whole memory, CA learned an attention sink on early prompt positions and ignored where its
     # memory came from (docs/RESULTS.md, "MoA"); a window makes the recent verified states the only ones to read.
     ca_window: int = 0
+    # Each verified position's LSA vector also gets the target's final feature there (normalised, projected;
+    # our addition, see the module docstring). EAGLE-2 drafts from that feature; MoA's vector otherwise
+    # carries only the per-layer keys and values, which stop one layer short of it.
+    final_feature: bool = False
     # A fresh drafter starts SA as a copy of the target's first layer (both read token embeddings) and
     # CA's projections as copies of the target's last layer's attention (LSA vectors regress deep
     # states); our choice, where the reference code starts from random weights. Only `random()` reads it.
@@ -195,8 +209,8 @@ class MoADrafter(TrainedDrafter):
     # continuing a published drafter (core.training --init-from): these may change freely...
     training_only = ("period_min", "period_max", "staircase", "staircase_until", "ce_weight")
     # ...and changing one of these rebuilds the LSA encoder from scratch (SA, CA and head are kept)
-    rebuilt = {"ca_window": (), "lsa_full_width": ("lsa.",), "lsa_dim": ("lsa.",), "lsa_heads": ("lsa.",),
-               "lsa_mlp_ratio": ("lsa.",), "ca_mlp": ("mlp.", "mlp_norm.")}
+    rebuilt = {"ca_window": (), "final_feature": ("lsa.feat",), "lsa_full_width": ("lsa.",), "lsa_dim": ("lsa.",),
+               "lsa_heads": ("lsa.",), "lsa_mlp_ratio": ("lsa.",), "ca_mlp": ("mlp.", "mlp_norm.")}
 
     def __init__(self, config: MoAConfig, target: Target) -> None:
         super().__init__(config, target)
@@ -222,7 +236,7 @@ class MoADrafter(TrainedDrafter):
         lsa_width = kv_width if config.lsa_full_width else config.lsa_dim
         lsa_heads = config.lsa_heads or (2 * target.kv_heads if config.lsa_full_width else 4)
         self.lsa = LayerSelfAttention(config.n_target_layers, kv_width, lsa_width, lsa_heads, h,
-                                      config.lsa_mlp_ratio)
+                                      config.lsa_mlp_ratio, config.final_feature)
         self.sa = LlamaDecoderLayer(lcfg, layer_idx=0)
         self.ca_norm = LlamaRMSNorm(h, eps)
         self.ca = CrossAttention(h, target.n_heads, target.kv_heads, target.head_dim)
@@ -232,11 +246,13 @@ class MoADrafter(TrainedDrafter):
         self.out_norm = LlamaRMSNorm(h, eps)
         self.head = nn.Linear(h, h, bias=False)
         big_l = config.n_target_layers
-        # Inference needs only the per-layer keys/values; training also regresses hidden states.
-        self.needs = TargetNeeds(layer_kv=True)
+        # Inference needs the per-layer keys/values (and the final feature with final_feature); training
+        # also regresses hidden states.
+        self.needs = TargetNeeds(hidden_layers=(big_l,) if config.final_feature else (), layer_kv=True)
         self.train_needs = TargetNeeds(hidden_layers=tuple(sorted({big_l - n, big_l})), layer_kv=True)
         self.sa_cache: KVCache | None = None
         self._provisional: list[int] = []
+        self._shortcut: torch.Tensor | None = None  # final_feature: the last verified one, projected [1, 1, H]
         self._root_lp: torch.Tensor | None = None  # the root's draft log-probs, run by accept() (see _absorb)
         self._ca_fused: FusedPredict | None = None  # inference only: CA, CA MLP and head, rebuilt by begin()
         self._sa_fused: FusedLayer | None = None  # inference only: SA's weights stacked, rebuilt by begin()
@@ -382,6 +398,8 @@ class MoADrafter(TrainedDrafter):
         tcos, tsin = rope if rope is not None else self.target.rope(positions)
         cos, sin = (tcos, tsin) if tcos.dtype == self._dtype else (tcos.to(self._dtype), tsin.to(self._dtype))
         sa_out = self._sa(tokens, positions, mask, (cos, sin))
+        if self._shortcut is not None:
+            sa_out = sa_out + self._shortcut
         if last_only:
             sa_out, cos, sin, tcos, tsin, positions = (t[:, -1:] for t in (sa_out, cos, sin, tcos, tsin, positions))
         mem_k, mem_v = self._ca_memory()
@@ -437,7 +455,11 @@ class MoADrafter(TrainedDrafter):
         tcos, tsin = self.target.rope(positions)  # once for SA, CA memory, TLI and the root's prediction
         cos, sin = (tcos, tsin) if tcos.dtype == self._dtype else (tcos.to(self._dtype), tsin.to(self._dtype))
         layer_kv = step.layer_kv.to(dev)
-        vec, att = self.lsa(layer_kv, need_weights=True)
+        final = step.hidden.get(self.config.n_target_layers)  # absent on a client-server client (LSA is the server's)
+        vec, att = self.lsa(layer_kv, need_weights=True, final=None if final is None else final.to(dev))
+        if self.config.final_feature:  # [memory vector | projected final feature]: the last one feeds the stream
+            h = self.config.hidden_size
+            vec, self._shortcut = vec[:, :h], vec[-1:, h:][None]
         k, v = self.ca.memory(vec[None], cos[:, :n_new], sin[:, :n_new])
         self.ca_cache.crop(start)
         self.ca_cache.append(0, k, v)
@@ -563,8 +585,14 @@ class MoADrafter(TrainedDrafter):
         causal = cols <= rows
         # LSA runs on each token on its own, so computing it for every position is exact; CA's mask
         # decides which positions a prediction may read.
-        vec, _ = self.lsa(kv.reshape(b * t, big_l, -1))
+        vec, _ = self.lsa(kv.reshape(b * t, big_l, -1),
+                          final=batch.hidden[big_l].reshape(b * t, -1) if cfg.final_feature else None)
         vec = vec.view(b, t, -1)
+        shortcut = None
+        if cfg.final_feature:  # the projected final feature at v(j) joins position j's stream (see inference)
+            h = cfg.hidden_size
+            vec, feats = vec[..., :h], vec[..., h:]
+            shortcut = feats.gather(1, last.clamp(min=0)[..., None].expand(b, t, h))
         frac = 1.0 if cfg.staircase_until <= 0 else min(1.0, max(0.0, progress) / cfg.staircase_until)
         if cfg.staircase == "window":  # one mask whose reach into earlier segments grows with progress
             sa_mask = causal & (cols > lv - round(frac * t))
@@ -573,6 +601,8 @@ class MoADrafter(TrainedDrafter):
             sa_mask = causal & ((cols > lv) | ~stair[:, None, None])
         sa_out, _ = decoder_layer(self.sa, tgt.embed_tokens(ids).to(self._dtype), cos, sin, sa_mask[:, None],
                                   None, 0, tgt.head_dim)
+        if shortcut is not None:
+            sa_out = sa_out + shortcut
         mem_k, mem_v = self.ca.memory(vec, cos, sin)
         # positions with no verified past (only position 0) read position 0: a dummy that keeps the
         # softmax finite; they carry no loss.

@@ -37,9 +37,14 @@ class LayerSelfAttention(nn.Module):
 
     dim = kv_width (full width, the reference layout): the layers attend to each other over the whole
     K+V of each layer, with no projection before the attention; otherwise K+V is narrowed to `dim` first.
+    final_feature (MoAConfig.final_feature, our addition): a second vector per token, its final target
+    feature normalised and projected (zero-initialised, so a drafter continued with it starts out computing
+    what it did), is returned beside the first ([n, 2 * hidden]). The server computes it with the rest of LSA,
+    so the client-server split is unchanged; `out_width` says how wide a row is.
     """
 
-    def __init__(self, n_layers: int, kv_width: int, dim: int, heads: int, hidden: int, mlp_ratio: int = 4) -> None:
+    def __init__(self, n_layers: int, kv_width: int, dim: int, heads: int, hidden: int, mlp_ratio: int = 4,
+                 final_feature: bool = False) -> None:
         super().__init__()
         if dim % heads:
             raise ValueError(f"the LSA width {dim} must be divisible by lsa_heads {heads}")
@@ -54,9 +59,17 @@ class LayerSelfAttention(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
         self.out_norm = nn.LayerNorm(dim)
         self.out = nn.Linear(dim, hidden)
+        self.reads_final = final_feature
+        self.out_width = 2 * hidden if final_feature else hidden
+        if final_feature:
+            self.feat_norm = nn.LayerNorm(hidden)  # the final feature has a few channels of very large scale
+            self.feat = nn.Linear(hidden, hidden, bias=False)
+            nn.init.zeros_(self.feat.weight)
 
-    def forward(self, kv: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """kv: [n, L, kv_width] -> (vectors [n, hidden], attention [n, L, L] averaged over heads, or None)."""
+    def forward(self, kv: torch.Tensor, need_weights: bool = False,
+                final: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """kv: [n, L, kv_width], final: [n, hidden] (read only with final_feature) -> (vectors [n, out_width],
+        attention [n, L, L] averaged over heads, or None)."""
         n, length, _ = kv.shape
         x = self.inp(self.in_norm(kv.to(self.qkv.weight.dtype))) + self.layer_pos
         q, k, v = self.qkv(self.norm1(x)).view(n, length, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
@@ -69,7 +82,12 @@ class LayerSelfAttention(nn.Module):
             a = F.scaled_dot_product_attention(q, k, v)
         x = x + self.proj(a.transpose(1, 2).reshape(n, length, -1))
         x = x + self.mlp(self.norm2(x))
-        return self.out(self.out_norm(x.mean(1))), weights
+        vec = self.out(self.out_norm(x.mean(1)))
+        if self.reads_final:
+            if final is None:
+                raise ValueError("this LSA reads the target's final feature (final_feature=True); none was given")
+            vec = torch.cat([vec, self.feat(self.feat_norm(final.to(vec.dtype)))], dim=-1)
+        return vec, weights
 
 
 class CrossAttention(nn.Module):
