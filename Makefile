@@ -233,7 +233,15 @@ moa-phase14: setup
 		--autocast on --eval-every 400 --eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters \
 		$(MOA_PHASE14_HYPER)"
 
-.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-phase14 moa-ablation
+# Phase 14b: as phase 14, but the new projection trains at 20x the rate of the published weights (1e-4), so that
+# the input is taken up before the rest of the network settles around it (phase 14's network ignored it).
+moa-phase14b: setup
+	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=$(or $(PHASE14B_MIN),25) \
+		BATCH_TOKENS=1024 LR=1e-4 SEED=15 RUN=runs/moa-final-lr TRAIN_ARGS="--warmup 30 --dtype bfloat16 \
+		--autocast on --eval-every 300 --eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters \
+		--new-param-lr-mult 20 $(MOA_PHASE14_HYPER)"
+
+.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-phase14 moa-phase14b moa-ablation
 moa-phase11: setup
 	$(MAKE) train DRAFTERS=moa,moa-narrow DATA=assets/distill_v5/distill.npz STEPS=1050 BATCH_TOKENS=1024 LR=5e-4 \
 		SEED=11 RUN=runs/moa-wide TRAIN_ARGS="--warmup 50 --dtype bfloat16 --autocast on --eval-every 350 \

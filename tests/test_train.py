@@ -402,3 +402,29 @@ def test_card_points_at_the_committed_recipe_only_for_uncommitted_data():
     assert not P._names_other_recipe(str(P.COMMITTED_RECIPE))
     assert not P._names_other_recipe(str(assets / "distill_v2" / "recipe.json"))  # committed itself
     assert P._names_other_recipe(str(assets.parent / "data" / "distill" / "recipe.json"))
+
+
+def test_new_parts_of_a_continued_drafter_can_train_at_their_own_rate(tmp_path, target):
+    """--new-param-lr-mult: the parts a continued drafter builds afresh (MoA's final_feature projection) get their
+    own AdamW group at lr x the multiplier; every published weight stays in the base group."""
+    from core.drafters.moa import MoADrafter
+
+    published = tmp_path / "assets"
+    MoADrafter.random(target, seed=0, lsa_heads=2).save_pretrained(published / "moa")
+    spec = S.resolve_spec("moa", {"lsa_heads": 2, "final_feature": True})
+    cont = TR.Trainer(cfg(tmp_path, name="cont", drafters=["moa"], steps=2, eval_every=0, init_from=str(published),
+                          new_param_lr_mult=10.0), target, records(), [spec])
+    model, opt = cont.members[0].model, cont.members[0].optimizer
+    names = {id(p): n for n, p in model.named_parameters()}
+    base, new = opt.param_groups
+    assert sorted(names[id(p)] for p in new["params"]) == ["lsa.feat.weight", "lsa.feat_norm.bias",
+                                                          "lsa.feat_norm.weight"]
+    assert not any(names[id(p)].startswith("lsa.feat") for p in base["params"])
+    assert new["lr"] == pytest.approx(10 * base["lr"])
+    cont.run()
+    assert json.loads((cont.out / "final" / "config.json").read_text())["config"]["final_feature"] is True
+    plain = TR.Trainer(cfg(tmp_path, name="plain", drafters=["moa"], steps=2, init_from=str(published)), target,
+                       records(), [spec])
+    assert len(plain.members[0].optimizer.param_groups) == 1  # multiplier 1: one group, as before
+    with pytest.raises(SystemExit, match="new-param-lr-mult"):
+        T.config_from_args(T.build_parser().parse_args(["--drafter", "moa", "--new-param-lr-mult", "0"]))

@@ -183,6 +183,7 @@ def init_from_published(spec: DrafterSpec, target: Target, root: str | Path, sin
                              f"(missing {missing[:4]}, unexpected {unexpected[:4]})")
         fresh.checkpoint_meta = meta
         model = fresh.to(device=target.device, dtype=target.dtype)
+        model.fresh_prefixes = prefixes  # the parts built afresh (TrainConfig.new_param_lr_mult)
     prior = model.checkpoint_meta.get("training", {})
     model.init_record = {"path": str(folder), "commit": _last_commit(folder),
                          "steps": prior.get("steps", 0), "tokens": prior.get("tokens", 0),

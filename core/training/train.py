@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restart", action="store_true", help="ignore an existing train_state.pt")
     p.add_argument("--init-from", default=None,
                    help="continue training published drafters: a folder with one subfolder per drafter name")
+    p.add_argument("--new-param-lr-mult", type=float, default=1.0,
+                   help="with --init-from: parts the continued drafter builds afresh train at lr x this")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -121,6 +123,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise SystemExit(f"--steps must be a whole number or 'auto', not {args.steps!r}") from None
     if steps < 1:
         raise SystemExit("--steps must be at least 1")
+    if not args.new_param_lr_mult > 0:
+        raise SystemExit(f"--new-param-lr-mult must be above 0, not {args.new_param_lr_mult}")
     return TrainConfig(
         drafters=names, out=out, data=args.data, target=args.target, steps=steps, fit_steps=fit_steps,
         batch_tokens=args.batch_tokens,
@@ -129,6 +133,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         dtype=args.dtype, autocast=args.autocast, eval_every=args.eval_every, eval_tokens=args.eval_tokens,
         final_eval_tokens=args.final_eval_tokens, log_every=args.log_every, ckpt_every_min=args.ckpt_every_min,
         time_budget_min=args.time_budget_min, stop_at_step=args.stop_at_step, publish=args.publish,
+        new_param_lr_mult=args.new_param_lr_mult,
         restart=args.restart, progress_bar=not args.no_progress, init_from=args.init_from)
 
 

@@ -116,6 +116,9 @@ class TrainConfig:
     restart: bool = False
     progress_bar: bool = True
     init_from: str | None = None  # continue from published drafters: <folder>/<name> (or <folder> for one)
+    # parts a continued run builds afresh (a drafter's `rebuilt` prefixes, e.g. MoA's final_feature projection)
+    # train at lr x this: the published rest of the network is already fitted, the new part starts from zero
+    new_param_lr_mult: float = 1.0
     fit_steps: bool = False  # --steps auto: fix `steps` after FIT_AFTER_STEPS timed steps to fill the time budget
 
     # Arguments that change the training result: a resumed run must agree on them.
@@ -125,7 +128,10 @@ class TrainConfig:
 
     def result_args(self) -> dict:
         d = dataclasses.asdict(self)
-        return json.loads(json.dumps({k: d[k] for k in self.RESULT_FIELDS}))
+        out = {k: d[k] for k in self.RESULT_FIELDS}
+        if self.new_param_lr_mult != 1.0:  # recorded only when used, so that earlier runs still resume
+            out["new_param_lr_mult"] = self.new_param_lr_mult
+        return json.loads(json.dumps(out))
 
     def lr_for(self, name: str) -> float:
         return self.lr_overrides.get(name, self.lr)
@@ -247,7 +253,14 @@ class Trainer:
             if not params:
                 raise ValueError(f"drafter {spec.name} has no trainable parameters")
             wrapped = self.acc.prepare_model(_LossModule(model)) if self.world > 1 else _LossModule(model)
-            opt = torch.optim.AdamW(params, lr=cfg.lr_for(spec.name), betas=tuple(cfg.betas),
+            fresh = tuple(getattr(model, "fresh_prefixes", ()))
+            groups: list = params
+            if fresh and cfg.new_param_lr_mult != 1.0:
+                names = {id(p): n for n, p in model.named_parameters()}
+                new = [p for p in params if names.get(id(p), "").startswith(fresh)]
+                groups = [{"params": [p for p in params if not names.get(id(p), "").startswith(fresh)]},
+                          {"params": new, "lr": cfg.lr_for(spec.name) * cfg.new_param_lr_mult}]
+            opt = torch.optim.AdamW(groups, lr=cfg.lr_for(spec.name), betas=tuple(cfg.betas),
                                     weight_decay=cfg.weight_decay)
             sched = torch.optim.lr_scheduler.LambdaLR(
                 opt, lambda s: lr_factor(s, cfg.warmup, cfg.steps, cfg.min_lr_ratio))
