@@ -125,6 +125,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise SystemExit("--steps must be at least 1")
     if not args.new_param_lr_mult > 0:
         raise SystemExit(f"--new-param-lr-mult must be above 0, not {args.new_param_lr_mult}")
+    if args.new_param_lr_mult != 1.0 and not args.init_from:
+        raise SystemExit("--new-param-lr-mult applies only with --init-from (the parts a continued drafter builds "
+                         "afresh); a fresh run trains every part at --lr")
     return TrainConfig(
         drafters=names, out=out, data=args.data, target=args.target, steps=steps, fit_steps=fit_steps,
         batch_tokens=args.batch_tokens,

@@ -256,10 +256,10 @@ class Trainer:
             fresh = tuple(getattr(model, "fresh_prefixes", ()))
             groups: list = params
             if fresh and cfg.new_param_lr_mult != 1.0:
-                names = {id(p): n for n, p in model.named_parameters()}
-                new = [p for p in params if names.get(id(p), "").startswith(fresh)]
-                groups = [{"params": [p for p in params if not names.get(id(p), "").startswith(fresh)]},
-                          {"params": new, "lr": cfg.lr_for(spec.name) * cfg.new_param_lr_mult}]
+                new_ids = {id(p) for n, p in model.named_parameters() if n.startswith(fresh)}
+                groups = [{"params": [p for p in params if id(p) not in new_ids]},
+                          {"params": [p for p in params if id(p) in new_ids],
+                           "lr": cfg.lr_for(spec.name) * cfg.new_param_lr_mult}]
             opt = torch.optim.AdamW(groups, lr=cfg.lr_for(spec.name), betas=tuple(cfg.betas),
                                     weight_decay=cfg.weight_decay)
             sched = torch.optim.lr_scheduler.LambdaLR(
