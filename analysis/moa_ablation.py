@@ -28,11 +28,12 @@ REFERENCES = ("ar", "eagle2", "moa", "moa-tli1", "moa-tli3")
 
 def architecture(folder: Path) -> dict:
     """What distinguishes a MoA checkpoint: LSA layout, the post-CA MLP, CA's window, whether it reads the final
-    feature, TLI N, trained horizon, curriculum."""
+    feature (and at what gain), TLI N, trained horizon, curriculum."""
     cfg = json.loads((folder / "config.json").read_text())["config"]
     return {"lsa": "full width" if cfg.get("lsa_full_width", False) else f"narrow ({cfg.get('lsa_dim')})",
             "ca_mlp": bool(cfg.get("ca_mlp", True)), "ca_window": cfg.get("ca_window", 0) or "all",
-            "final_feature": bool(cfg.get("final_feature", False)), "tli": cfg.get("tli", 0),
+            "final_feature": bool(cfg.get("final_feature", False)),
+            "final_feature_gain": float(cfg.get("final_feature_gain", 1.0)), "tli": cfg.get("tli", 0),
             "period": f"{cfg.get('period_min')}-{cfg.get('period_max')}",
             "staircase": cfg.get("staircase", "window")}
 
@@ -41,6 +42,15 @@ def checkpoint_folder(label: str, candidates: Path) -> Path:
     parsed = parse_method(label)
     mine = candidates / parsed.checkpoint
     return mine if mine.is_dir() else default_drafter_folder(parsed.checkpoint)
+
+
+def final_feature_cell(arch: dict | None) -> str:
+    if not arch:
+        return "–"
+    if not arch["final_feature"]:
+        return "no"
+    gain = arch["final_feature_gain"]
+    return "yes" if gain == 1.0 else f"yes (x{gain:g})"
 
 
 def table(summary: dict, offline_runs: dict[str, dict], archs: dict[str, dict]) -> str:
@@ -55,7 +65,7 @@ def table(summary: dict, offline_runs: dict[str, dict], archs: dict[str, dict]) 
         off = offline_runs.get(label, {}).get("summary")
         cells = [label,
                  arch["lsa"] if arch else "–", ("yes" if arch["ca_mlp"] else "no") if arch else "–",
-                 str(arch["ca_window"]) if arch else "–", ("yes" if arch["final_feature"] else "no") if arch else "–",
+                 str(arch["ca_window"]) if arch else "–", final_feature_cell(arch),
                  str(arch["tli"]) if arch else "–", arch["period"] if arch else "–",
                  f"{o['tau']:.2f}", *[f"{a:.2f}" if a is not None else "–" for a in acc[:4]],
                  f"{o['tokens_per_s']:.1f}", f"{o['speedup']:.2f}x",

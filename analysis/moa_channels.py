@@ -18,7 +18,8 @@ greedy token by distance from the last verified position, three ways:
 If CA carried what EAGLE-2's feature carries, accuracy at distance 1 would sit well above
 distance 6 and far above `no_ca`. The gap between `normal` and `no_ca` is what the target's
 activations add. `ca_attention` says where cross-attention looks: how peaked its weights are, how much
-falls on the last verified token, and how far back its peak lies.
+falls on the last verified token, and how far back its peak lies. `stream_spread` says how strongly each part
+(SA, the final feature, CA, CA's MLP) writes into the stream: the token-to-token spread of what it adds.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 DISTANCES = 8
 
@@ -82,15 +84,15 @@ def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0) ->
         out[variant] = {k: round(float(hits[k] / counts[k]), 4) if counts[k] else None
                         for k in range(1, DISTANCES + 1)}
     return {"drafter": drafter_path or note, "sequences": len(seqs), "data": data,
-            "top1_by_distance": out, "ca_attention": ca_attention(d, target, seqs)}
+            "top1_by_distance": out, "ca_attention": ca_attention(d, target, seqs),
+            "stream_spread": stream_spread(d, target, seqs)}
 
 
-def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
-    """Where cross-attention looks, on the first n sequences verified every `period` tokens: the normalised
-    entropy of its weights (0 = one position, 1 = uniform), the weight on the last verified position, and
-    how far back from it the most attended position lies (median)."""
+def _forward_parts(d, target, seqs, n: int, period: int) -> SimpleNamespace:
+    """The teacher-forced pieces both statistics below read, on the first n sequences verified every `period`
+    tokens: masks and positions, LSA's memory vectors and projected final features ([B, T, H] each; feats None
+    without final_feature), and SA's output under the causal mask (before the feature joins it)."""
     import torch
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     from core.layers import decoder_layer
     from core.training.data import collate, target_batch
@@ -105,13 +107,30 @@ def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
         big_l = batch.layer_kv.shape[2]
         final = batch.hidden[big_l].reshape(b * t, -1) if d.config.final_feature else None
         out, _ = d.lsa(batch.layer_kv.reshape(b * t, big_l, -1), final=final)
-        vec, feats = out[:, :target.hidden_size], out[:, target.hidden_size:]  # memory | projected final feature
+        h = target.hidden_size
         causal = pos[:, None, :] <= pos[:, :, None]
         sa_out, _ = decoder_layer(d.sa, target.embed_tokens(ids).to(d._dtype), cos, sin, causal[:, None], None, 0,
                                   target.head_dim)
-        if d.config.final_feature:  # the last verified position's projected feature joins the stream
-            sa_out = sa_out + feats.view(b, t, -1).gather(1, last.clamp(min=0)[..., None].expand(b, t, -1))
-        k, _ = d.ca.memory(vec.view(b, t, -1), cos, sin)
+    feats = out[:, h:].view(b, t, -1) if d.config.final_feature else None
+    return SimpleNamespace(ids=ids, loss=loss, attn=attn, last=last, pos=pos, cos=cos, sin=sin,
+                           vec=out[:, :h].view(b, t, -1), feats=feats, sa_out=sa_out)
+
+
+def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
+    """Where cross-attention looks, on the first n sequences verified every `period` tokens: the normalised
+    entropy of its weights (0 = one position, 1 = uniform), the weight on the last verified position, and
+    how far back from it the most attended position lies (median)."""
+    import torch
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    f = _forward_parts(d, target, seqs, n, period)
+    last, pos, cos, sin, loss, attn = f.last, f.pos, f.cos, f.sin, f.loss, f.attn
+    b, t = f.ids.shape
+    with torch.no_grad():
+        sa_out = f.sa_out
+        if f.feats is not None:  # the last verified position's projected feature joins the stream
+            sa_out = sa_out + f.feats.gather(1, last.clamp(min=0)[..., None].expand(b, t, f.feats.shape[-1]))
+        k, _ = d.ca.memory(f.vec, cos, sin)
         q = d.ca.q_proj(d.ca_norm(sa_out)).view(b, t, d.ca.heads, d.ca.head_dim).transpose(1, 2)
         q, _ = apply_rotary_pos_emb(q, q, cos, sin)
         k = k.repeat_interleave(d.ca.heads // d.ca.kv_heads, dim=1)
@@ -130,6 +149,33 @@ def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
             "weight_on_last_verified": round(float(on_last[ok].mean()), 4),
             "uniform_weight": round(float((1 / n_mem)[ok].mean()), 4),
             "peak_distance_back_median": float(back[ok].float().median())}
+
+
+def stream_spread(d, target, seqs, n: int = 4, period: int = 8) -> dict:
+    """How strongly each part writes into the drafter's stream, on the first n sequences verified every `period`
+    tokens: per channel, the standard deviation across answer positions of what the part adds, then the median
+    over channels. A part whose spread is small next to SA's moves the prediction little, however informative."""
+    import torch
+
+    f = _forward_parts(d, target, seqs, n, period)
+    b, t = f.ids.shape
+    with torch.no_grad():
+        parts = {"sa": f.sa_out}
+        stream = f.sa_out
+        if f.feats is not None:
+            parts["final_feature"] = f.feats.gather(1, f.last.clamp(min=0)[..., None].expand(b, t, f.feats.shape[-1]))
+            stream = stream + parts["final_feature"]
+        mem_k, mem_v = d.ca.memory(f.vec, f.cos, f.sin)
+        cols, lv = f.pos[:, None, :], f.last[:, :, None]
+        mask = (cols <= lv) | ((lv < 0) & (cols == 0))
+        if d.config.ca_window:
+            mask = mask & (cols > lv - d.config.ca_window)
+        parts["ca"] = d.ca(d.ca_norm(stream), f.cos, f.sin, mem_k, mem_v, mask[:, None])
+        stream = stream + parts["ca"]
+        if d.config.ca_mlp:
+            parts["ca_mlp"] = d.mlp(d.mlp_norm(stream))
+    ok = f.loss.bool() & f.attn.bool() & (f.last >= 0)
+    return {name: round(float(x[ok].float().std(0).median()), 3) for name, x in parts.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

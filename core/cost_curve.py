@@ -68,7 +68,8 @@ FIXED_CURVE = {"key": "fixed cost model (tiny test target)", "cpu": "none (fixed
                "dtype": "", "device": "cpu", "target": "", "context": 0, "repeats": 0,
                "sizes": [1, 8, 32, 64], "ms": [55.0, 59.0, 70.0, 95.0], "measured_at": "", "fixed": True}
 RESULTS = ROOT / "assets" / "results" / "summary.json"
-DEEP_RESULTS = ROOT / "assets" / "results" / "moa_ablation" / "bench_summary.json"  # fixed trees, depth 5
+# the latest MoA ablation: every dynamic-tree drafter shipped then, fixed trees of depth 5 (docs/RESULTS.md, "MoA")
+DEEP_RESULTS = ROOT / "assets" / "results" / "moa_ablation" / "phase15" / "bench_summary.json"
 MAX_AUTO_DEPTH = 8
 MAX_AUTO_TOKENS = 64
 STATIC_TREE_METHODS = ("medusa", "amphista")

@@ -575,3 +575,36 @@ def test_final_feature_feeds_the_drafted_positions(tiny):
     pre.hidden.pop(big_l)
     with pytest.raises(ValueError, match="final feature"):
         d.begin(tiny, pre)
+
+
+def test_final_feature_gain_scales_the_feature_and_rebuilds_its_projection(tmp_path, tiny):
+    """final_feature_gain multiplies the projected feature (the second half of an LSA row); continuing a drafter
+    with another gain rebuilds that projection (zero again: the continued drafter starts computing what it did)
+    and keeps every other weight; a gain <= 0 is refused."""
+    from core.training.publish import init_from_published
+    from core.training.specs import resolve_spec
+
+    one = MoADrafter.random(tiny, seed=7, final_feature=True, **SMALL)
+    perturb(one)
+    four = MoADrafter.random(tiny, seed=7, final_feature=True, final_feature_gain=4.0, **SMALL)
+    four.load_state_dict(one.state_dict())
+    kv = torch.randn(3, tiny.n_layers, 2 * tiny.kv_heads * tiny.head_dim)
+    final = torch.randn(3, tiny.hidden_size)
+    h = tiny.hidden_size
+    with torch.no_grad():
+        a, b = one.lsa(kv, final=final)[0], four.lsa(kv, final=final)[0]
+    assert torch.allclose(b[:, :h], a[:, :h]) and a[:, h:].abs().max() > 0.01
+    assert torch.allclose(b[:, h:], 4.0 * a[:, h:], atol=1e-5, rtol=1e-5)
+
+    one.save_pretrained(tmp_path / "moa")
+    spec = resolve_spec("moa", {**SMALL, "final_feature": True, "final_feature_gain": 32.0})
+    cont = init_from_published(spec, tiny, tmp_path, single=False)
+    assert cont.config.final_feature_gain == 32.0 and set(cont.init_record["rebuilt"]) == {"final_feature_gain"}
+    assert torch.count_nonzero(cont.lsa.feat.weight) == 0
+    saved = one.state_dict()
+    for name, value in cont.state_dict().items():
+        if not name.startswith("lsa.feat"):
+            assert torch.equal(value, saved[name].to(torch.bfloat16).to(value.dtype)), name
+    for bad in (0, -1.0, True, "2"):
+        with pytest.raises(ValueError, match="final_feature_gain"):
+            MoADrafter.random(tiny, seed=0, final_feature=True, final_feature_gain=bad, **SMALL)

@@ -52,7 +52,12 @@ def test_ablation_reads_each_checkpoints_architecture():
     cfg = json.loads((folder / "config.json").read_text())["config"]
     arch = moa_ablation.architecture(folder)
     assert arch == {"lsa": "narrow (128)", "ca_mlp": True, "ca_window": cfg["ca_window"] or "all",
-                    "final_feature": cfg.get("final_feature", False), "tli": 0, "period": "6-14", "staircase": "window"}
+                    "final_feature": cfg.get("final_feature", False),
+                    "final_feature_gain": cfg.get("final_feature_gain", 1.0), "tli": 0, "period": "6-14",
+                    "staircase": "window"}
+    assert moa_ablation.final_feature_cell(arch) == "yes (x32)"  # the shipped drafter (phase 15)
+    assert moa_ablation.final_feature_cell({**arch, "final_feature_gain": 1.0}) == "yes"
+    assert moa_ablation.final_feature_cell({**arch, "final_feature": False}) == "no"
     with pytest.raises(SystemExit):
         moa_ablation.main(["--candidates", "no/such/folder", "--out", "x"])
 
@@ -62,3 +67,31 @@ def test_channels_cli_checks_before_loading(tmp_path):
         with pytest.raises(SystemExit) as err:
             moa_channels.main(argv)
         assert err.value.code == 2
+
+
+def test_stream_spread_measures_what_each_part_writes():
+    """stream_spread: one figure per part the drafter has; scaling the final feature's gain scales its spread
+    by the same factor and leaves SA's alone."""
+    from core.drafters.moa import MoADrafter
+    from core.target import tiny_target
+    from core.training.data import make_sequences
+
+    tiny = tiny_target(vocab_size=64, n_layers=3)
+    g = torch.Generator().manual_seed(3)
+    records = [{"prompt_ids": torch.randint(1, 64, (6,), generator=g).tolist(),
+                "answer_ids": torch.randint(1, 64, (20,), generator=g).tolist()} for _ in range(4)]
+    seqs = make_sequences(records, 64)
+    spreads = []
+    for gain in (1.0, 3.0):
+        d = MoADrafter.random(tiny, seed=2, final_feature=True, final_feature_gain=gain, ca_window=4, ca_mlp=True,
+                              lsa_dim=16, lsa_heads=2)
+        with torch.no_grad():
+            for p in d.parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+        spreads.append(moa_channels.stream_spread(d, tiny, seqs))
+    assert set(spreads[0]) == {"sa", "final_feature", "ca", "ca_mlp"} and all(v > 0 for v in spreads[0].values())
+    assert spreads[1]["sa"] == spreads[0]["sa"]
+    assert spreads[1]["final_feature"] == pytest.approx(3 * spreads[0]["final_feature"], rel=0.02)
+    where = moa_channels.ca_attention(d, tiny, seqs)  # the same forward pieces, read by CA's statistics
+    assert 0 <= where["normalised_entropy"] <= 1 and 0 < where["weight_on_last_verified"] <= 1
+    assert where["uniform_weight"] == pytest.approx(1 / 4, rel=0.05)  # ca_window 4: four verified positions

@@ -428,3 +428,59 @@ def test_new_parts_of_a_continued_drafter_can_train_at_their_own_rate(tmp_path, 
     assert len(plain.members[0].optimizer.param_groups) == 1  # multiplier 1: one group, as before
     with pytest.raises(SystemExit, match="new-param-lr-mult"):
         T.config_from_args(T.build_parser().parse_args(["--drafter", "moa", "--new-param-lr-mult", "0"]))
+
+
+def test_chosen_parts_can_train_at_their_own_rate(tmp_path, target):
+    """--param-lr-mult PREFIX=X: parameters under PREFIX get their own AdamW group at lr x X (the longest prefix
+    wins over a shorter one and over --new-param-lr-mult); a prefix no parameter has, or a bad item, is refused."""
+    from core.drafters.moa import MoADrafter
+
+    published = tmp_path / "assets"
+    MoADrafter.random(target, seed=0, lsa_heads=2).save_pretrained(published / "moa")
+    spec = S.resolve_spec("moa", {"lsa_heads": 2, "final_feature": True})
+    run = TR.Trainer(cfg(tmp_path, name="mult", drafters=["moa"], steps=2, eval_every=0, init_from=str(published),
+                         new_param_lr_mult=4.0, param_lr_mult={"ca.": 3.0, "ca.o_proj": 10.0}),
+                     target, records(), [spec])
+    model, opt = run.members[0].model, run.members[0].optimizer
+    names = {id(p): n for n, p in model.named_parameters()}
+    base_lr = opt.param_groups[0]["lr"]
+    by_ratio = {round(g["lr"] / base_lr, 6): sorted(names[id(p)] for p in g["params"]) for g in opt.param_groups}
+    assert by_ratio[10.0] == ["ca.o_proj.weight"]
+    assert by_ratio[3.0] == ["ca.k_proj.weight", "ca.q_proj.weight", "ca.v_proj.weight"]
+    assert by_ratio[4.0] == ["lsa.feat.weight", "lsa.feat_norm.bias", "lsa.feat_norm.weight"]
+    assert not any(n.startswith(("ca.", "lsa.feat")) for n in by_ratio[1.0])
+    run.run()
+    assert (run.out / "final" / "config.json").is_file()
+    assert run.cfg.result_args()["param_lr_mult"] == {"ca.": 3.0, "ca.o_proj": 10.0}  # a resumed run must agree
+    assert "param_lr_mult" not in TR.TrainConfig(drafters=["moa"], out="x", data="y").result_args()
+    with pytest.raises(ValueError, match="ca.nothing"):
+        TR.Trainer(cfg(tmp_path, name="bad", drafters=["moa"], steps=2, param_lr_mult={"ca.nothing": 2.0}),
+                   target, records(), [spec])
+    for item in ("ca.o_proj", "ca.o_proj=0", "=3", "ca.o_proj=x"):
+        with pytest.raises(SystemExit, match="param-lr-mult"):
+            T.config_from_args(T.build_parser().parse_args(["--drafter", "moa", "--param-lr-mult", item]))
+    args = T.build_parser().parse_args(["--drafter", "moa", "--param-lr-mult", "ca.o_proj=10"])
+    assert T.config_from_args(args).param_lr_mult == {"ca.o_proj": 10.0}
+
+
+def test_a_continued_drafter_names_its_commit_only_when_the_folder_is_committed(tmp_path, monkeypatch):
+    """init_from's provenance: the last commit of a clean drafter folder; None once the folder has uncommitted
+    changes, whether the folder is given absolute or relative to the working directory."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    folder = tmp_path / "assets" / "drafters" / "moa"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "weights")
+    head = git("rev-parse", "HEAD").strip()
+    monkeypatch.chdir(tmp_path)
+    for given in (folder, Path("assets/drafters/moa")):
+        assert P._last_commit(given) == head
+    (folder / "config.json").write_text('{"changed": true}')
+    for given in (folder, Path("assets/drafters/moa")):
+        assert P._last_commit(given) is None

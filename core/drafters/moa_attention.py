@@ -40,11 +40,13 @@ class LayerSelfAttention(nn.Module):
     final_feature (MoAConfig.final_feature, our addition): a second vector per token, its final target
     feature normalised and projected (zero-initialised, so a drafter continued with it starts out computing
     what it did), is returned beside the first ([n, 2 * hidden]). The server computes it with the rest of LSA,
-    so the client-server split is unchanged; `out_width` says how wide a row is.
+    so the client-server split is unchanged; `out_width` says how wide a row is. `final_gain` multiplies
+    that second vector: the stream it joins has a token-to-token spread near 50 per channel (SA starts as
+    the target's first layer, which writes large activations), so a unit-scale feature is drowned.
     """
 
     def __init__(self, n_layers: int, kv_width: int, dim: int, heads: int, hidden: int, mlp_ratio: int = 4,
-                 final_feature: bool = False) -> None:
+                 final_feature: bool = False, final_gain: float = 1.0) -> None:
         super().__init__()
         if dim % heads:
             raise ValueError(f"the LSA width {dim} must be divisible by lsa_heads {heads}")
@@ -60,6 +62,7 @@ class LayerSelfAttention(nn.Module):
         self.out_norm = nn.LayerNorm(dim)
         self.out = nn.Linear(dim, hidden)
         self.reads_final = final_feature
+        self.final_gain = float(final_gain)
         self.out_width = 2 * hidden if final_feature else hidden
         if final_feature:
             self.feat_norm = nn.LayerNorm(hidden)  # the final feature has a few channels of very large scale
@@ -86,7 +89,7 @@ class LayerSelfAttention(nn.Module):
         if self.reads_final:
             if final is None:
                 raise ValueError("this LSA reads the target's final feature (final_feature=True); none was given")
-            vec = torch.cat([vec, self.feat(self.feat_norm(final.to(vec.dtype)))], dim=-1)
+            vec = torch.cat([vec, self.final_gain * self.feat(self.feat_norm(final.to(vec.dtype)))], dim=-1)
         return vec, weights
 
 

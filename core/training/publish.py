@@ -198,8 +198,8 @@ def _last_commit(folder: Path) -> str | None:
     import subprocess
 
     try:
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", str(folder)], capture_output=True, text=True,
-                               cwd=folder, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], capture_output=True, text=True,
+                               cwd=folder, timeout=10)  # "." : a relative `folder` would be read from inside itself
         if dirty.returncode or dirty.stdout.strip():
             return None
         out = subprocess.run(["git", "log", "-1", "--format=%H", "--", "."], capture_output=True, text=True,

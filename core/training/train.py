@@ -106,8 +106,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue training published drafters: a folder with one subfolder per drafter name")
     p.add_argument("--new-param-lr-mult", type=float, default=1.0,
                    help="with --init-from: parts the continued drafter builds afresh train at lr x this")
+    p.add_argument("--param-lr-mult", action="append", default=[], metavar="PREFIX=X",
+                   help="parameters whose name starts with PREFIX (e.g. ca.o_proj) train at lr x X; repeatable")
     p.add_argument("--no-progress", action="store_true")
     return p
+
+
+def parse_param_lr_mult(items: list[str]) -> dict[str, float]:
+    """["ca.o_proj=10", ...] -> {"ca.o_proj": 10.0}; a one-line SystemExit naming a bad item."""
+    out = {}
+    for item in items:
+        prefix, sep, value = item.partition("=")
+        try:
+            mult = float(value)
+        except ValueError:
+            mult = float("nan")
+        if not sep or not prefix.strip() or not mult > 0:
+            raise SystemExit(f"--param-lr-mult {item!r}: expected PREFIX=X with a parameter-name prefix and X > 0, "
+                             f"e.g. ca.o_proj=10")
+        out[prefix.strip()] = mult
+    return out
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -136,7 +154,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         dtype=args.dtype, autocast=args.autocast, eval_every=args.eval_every, eval_tokens=args.eval_tokens,
         final_eval_tokens=args.final_eval_tokens, log_every=args.log_every, ckpt_every_min=args.ckpt_every_min,
         time_budget_min=args.time_budget_min, stop_at_step=args.stop_at_step, publish=args.publish,
-        new_param_lr_mult=args.new_param_lr_mult,
+        new_param_lr_mult=args.new_param_lr_mult, param_lr_mult=parse_param_lr_mult(args.param_lr_mult),
         restart=args.restart, progress_bar=not args.no_progress, init_from=args.init_from)
 
 

@@ -119,6 +119,9 @@ class TrainConfig:
     # parts a continued run builds afresh (a drafter's `rebuilt` prefixes, e.g. MoA's final_feature projection)
     # train at lr x this: the published rest of the network is already fitted, the new part starts from zero
     new_param_lr_mult: float = 1.0
+    # parameters whose name starts with a key train at lr x its value (the longest matching key wins): a part
+    # whose output is small next to the stream it joins can move faster without moving the rest
+    param_lr_mult: dict[str, float] = field(default_factory=dict)
     fit_steps: bool = False  # --steps auto: fix `steps` after FIT_AFTER_STEPS timed steps to fill the time budget
 
     # Arguments that change the training result: a resumed run must agree on them.
@@ -131,6 +134,8 @@ class TrainConfig:
         out = {k: d[k] for k in self.RESULT_FIELDS}
         if self.new_param_lr_mult != 1.0:  # recorded only when used, so that earlier runs still resume
             out["new_param_lr_mult"] = self.new_param_lr_mult
+        if self.param_lr_mult:
+            out["param_lr_mult"] = dict(self.param_lr_mult)
         return json.loads(json.dumps(out))
 
     def lr_for(self, name: str) -> float:
@@ -253,14 +258,8 @@ class Trainer:
             if not params:
                 raise ValueError(f"drafter {spec.name} has no trainable parameters")
             wrapped = self.acc.prepare_model(_LossModule(model)) if self.world > 1 else _LossModule(model)
-            fresh = tuple(getattr(model, "fresh_prefixes", ()))
-            groups: list = params
-            if fresh and cfg.new_param_lr_mult != 1.0:
-                new_ids = {id(p) for n, p in model.named_parameters() if n.startswith(fresh)}
-                groups = [{"params": [p for p in params if id(p) not in new_ids]},
-                          {"params": [p for p in params if id(p) in new_ids],
-                           "lr": cfg.lr_for(spec.name) * cfg.new_param_lr_mult}]
-            opt = torch.optim.AdamW(groups, lr=cfg.lr_for(spec.name), betas=tuple(cfg.betas),
+            opt = torch.optim.AdamW(self._param_groups(model, params, cfg.lr_for(spec.name)),
+                                    lr=cfg.lr_for(spec.name), betas=tuple(cfg.betas),
                                     weight_decay=cfg.weight_decay)
             sched = torch.optim.lr_scheduler.LambdaLR(
                 opt, lambda s: lr_factor(s, cfg.warmup, cfg.steps, cfg.min_lr_ratio))
@@ -278,6 +277,27 @@ class Trainer:
         self.elapsed_prior = 0.0  # wall seconds of earlier sessions of this run
         self.final_eval_step = -1  # step at which the final evaluation ran (a rerun after the end skips it)
         self.stop_requested = False
+
+    def _param_groups(self, model: TrainedDrafter, params: list, lr: float) -> list[dict]:
+        """AdamW groups: the base group first (logged as the run's lr), then one per other multiplier. The parts a
+        continued drafter builds afresh get new_param_lr_mult; param_lr_mult's longest matching prefix wins."""
+        cfg = self.cfg
+        fresh = tuple(getattr(model, "fresh_prefixes", ()))
+        wanted = {id(p) for p in params}
+        by_mult: dict[float, list] = {1.0: []}
+        for name, p in model.named_parameters():
+            if id(p) not in wanted:
+                continue
+            mult = cfg.new_param_lr_mult if fresh and name.startswith(fresh) else 1.0
+            matches = [k for k in cfg.param_lr_mult if name.startswith(k)]
+            if matches:
+                mult = cfg.param_lr_mult[max(matches, key=len)]
+            by_mult.setdefault(mult, []).append(p)
+        unused = [k for k in cfg.param_lr_mult if not any(n.startswith(k) for n, _ in model.named_parameters())]
+        if unused:
+            raise ValueError(f"--param-lr-mult {unused[0]!r}: no parameter of {type(model).__name__} starts with it "
+                             f"(they start with: {sorted({n.split('.')[0] for n, _ in model.named_parameters()})})")
+        return [{"params": by_mult[1.0]}] + [{"params": ps, "lr": lr * m} for m, ps in by_mult.items() if m != 1.0]
 
     def _choose_draft_vocab(self, model: TrainedDrafter, train: list[dict]) -> None:
         """A reduced drafting vocabulary (core.drafters.draft_vocab) is the most frequent answer tokens."""
