@@ -254,7 +254,7 @@ moa-phase15: setup
 # Phase 16: the published moa (phase 15) continued with cross-attention's output projection at 10x the rate of the
 # rest: CA, MoA's channel from the target, adds about 5 per channel to a stream that varies by about 47.
 moa-phase16: setup
-	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=$(or $(PHASE16_MIN),35) \
+	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=$(or $(PHASE16_MIN),32) \
 		BATCH_TOKENS=1024 LR=1e-4 SEED=17 RUN=runs/moa-ca-rate TRAIN_ARGS="--warmup 30 --dtype bfloat16 \
 		--autocast on --eval-every 300 --eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters \
 		--param-lr-mult ca.o_proj=10 $(MOA_PHASE15_HYPER)"
