@@ -90,8 +90,9 @@ def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0) ->
 
 def _forward_parts(d, target, seqs, n: int, period: int) -> SimpleNamespace:
     """The teacher-forced pieces both statistics below read, on the first n sequences verified every `period`
-    tokens: masks and positions, LSA's memory vectors and projected final features ([B, T, H] each; feats None
-    without final_feature), and SA's output under the causal mask (before the feature joins it)."""
+    tokens: positions, LSA's memory vectors, the projected final feature each position's stream gets ([B, T, H]
+    each; shortcut None without final_feature), SA's output under the causal mask (before the feature joins
+    it) and what CA may read (as in training)."""
     import torch
 
     from core.layers import decoder_layer
@@ -111,9 +112,12 @@ def _forward_parts(d, target, seqs, n: int, period: int) -> SimpleNamespace:
         causal = pos[:, None, :] <= pos[:, :, None]
         sa_out, _ = decoder_layer(d.sa, target.embed_tokens(ids).to(d._dtype), cos, sin, causal[:, None], None, 0,
                                   target.head_dim)
-    feats = out[:, h:].view(b, t, -1) if d.config.final_feature else None
+        shortcut = None  # the projected final feature at v(j), which joins position j's stream
+        if d.config.final_feature:
+            shortcut = out[:, h:].view(b, t, -1).gather(1, last.clamp(min=0)[..., None].expand(b, t, h))
     return SimpleNamespace(ids=ids, loss=loss, attn=attn, last=last, pos=pos, cos=cos, sin=sin,
-                           vec=out[:, :h].view(b, t, -1), feats=feats, sa_out=sa_out)
+                           vec=out[:, :h].view(b, t, -1), shortcut=shortcut, sa_out=sa_out,
+                           ca_mask=d.ca_read_mask(last))
 
 
 def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
@@ -124,20 +128,15 @@ def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     f = _forward_parts(d, target, seqs, n, period)
-    last, pos, cos, sin, loss, attn = f.last, f.pos, f.cos, f.sin, f.loss, f.attn
+    last, cos, sin, loss, attn = f.last, f.cos, f.sin, f.loss, f.attn
     b, t = f.ids.shape
     with torch.no_grad():
-        sa_out = f.sa_out
-        if f.feats is not None:  # the last verified position's projected feature joins the stream
-            sa_out = sa_out + f.feats.gather(1, last.clamp(min=0)[..., None].expand(b, t, f.feats.shape[-1]))
+        sa_out = f.sa_out if f.shortcut is None else f.sa_out + f.shortcut
         k, _ = d.ca.memory(f.vec, cos, sin)
         q = d.ca.q_proj(d.ca_norm(sa_out)).view(b, t, d.ca.heads, d.ca.head_dim).transpose(1, 2)
         q, _ = apply_rotary_pos_emb(q, q, cos, sin)
         k = k.repeat_interleave(d.ca.heads // d.ca.kv_heads, dim=1)
-        mask = pos[:, None, :] <= last[:, :, None]
-        if d.config.ca_window:  # what CA may read: the last ca_window verified positions (as in train_forward)
-            mask = mask & (pos[:, None, :] > last[:, :, None] - d.config.ca_window)
-        mask = mask[:, None]
+        mask = f.ca_mask[:, None]  # the dummy read of rows with no verified past falls outside `ok` below
         logits = (q.float() @ k.float().transpose(-1, -2)) / d.ca.head_dim ** 0.5
         p = torch.softmax(logits.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
     ok = ((last >= period) & loss.bool() & attn.bool())[:, None, :].expand(b, d.ca.heads, t)
@@ -158,19 +157,14 @@ def stream_spread(d, target, seqs, n: int = 4, period: int = 8) -> dict:
     import torch
 
     f = _forward_parts(d, target, seqs, n, period)
-    b, t = f.ids.shape
     with torch.no_grad():
         parts = {"sa": f.sa_out}
         stream = f.sa_out
-        if f.feats is not None:
-            parts["final_feature"] = f.feats.gather(1, f.last.clamp(min=0)[..., None].expand(b, t, f.feats.shape[-1]))
-            stream = stream + parts["final_feature"]
+        if f.shortcut is not None:
+            parts["final_feature"] = f.shortcut
+            stream = stream + f.shortcut
         mem_k, mem_v = d.ca.memory(f.vec, f.cos, f.sin)
-        cols, lv = f.pos[:, None, :], f.last[:, :, None]
-        mask = (cols <= lv) | ((lv < 0) & (cols == 0))
-        if d.config.ca_window:
-            mask = mask & (cols > lv - d.config.ca_window)
-        parts["ca"] = d.ca(d.ca_norm(stream), f.cos, f.sin, mem_k, mem_v, mask[:, None])
+        parts["ca"] = d.ca(d.ca_norm(stream), f.cos, f.sin, mem_k, mem_v, f.ca_mask[:, None])
         stream = stream + parts["ca"]
         if d.config.ca_mlp:
             parts["ca_mlp"] = d.mlp(d.mlp_norm(stream))

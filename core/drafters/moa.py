@@ -581,6 +581,17 @@ class MoADrafter(TrainedDrafter):
         upto = torch.where(verified, pos, torch.full_like(pos, -1)).cummax(dim=1).values  # last verified <= j
         return torch.cat([torch.full_like(upto[:, :1], -1), upto[:, :-1]], dim=1)
 
+    def ca_read_mask(self, last: torch.Tensor) -> torch.Tensor:
+        """bool [B, T, T]: the positions CA may read for the prediction at each j, those <= v(j) = last[:, j]
+        (the last `ca_window` of them with a window). Positions with no verified past (only position 0) read
+        position 0: a dummy that keeps the softmax finite; they carry no loss."""
+        pos = torch.arange(last.shape[1], device=last.device)
+        cols, lv = pos[None, None, :], last[:, :, None]
+        mask = (cols <= lv) | ((lv < 0) & (cols == 0))
+        if self.config.ca_window:
+            mask = mask & (cols > lv - self.config.ca_window)
+        return mask
+
     def train_forward(self, batch: TrainBatch, last: torch.Tensor,
                       progress: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced pass mirroring inference. Returns (predicted state, final feature), each [B, T, H]."""
@@ -614,12 +625,7 @@ class MoADrafter(TrainedDrafter):
         if shortcut is not None:
             sa_out = sa_out + shortcut
         mem_k, mem_v = self.ca.memory(vec, cos, sin)
-        # positions with no verified past (only position 0) read position 0: a dummy that keeps the
-        # softmax finite; they carry no loss.
-        ca_mask = (cols <= lv) | ((lv < 0) & (cols == 0))
-        if cfg.ca_window:
-            ca_mask = ca_mask & (cols > lv - cfg.ca_window)
-        state = self._predict(sa_out, cos, sin, mem_k, mem_v, ca_mask[:, None])
+        state = self._predict(sa_out, cos, sin, mem_k, mem_v, self.ca_read_mask(last)[:, None])
         final = state
         if n:
             tcos, tsin = tgt.rope(pos)
