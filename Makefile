@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 PORT ?= 7860
 
-.PHONY: setup browser app test test-app test-fast lint check-space data data-v2 data-v3 data-v4 data-v5 data-s6 data-novel7 train bench clean-venv
+.PHONY: setup browser app test test-app test-fast lint check-space data data-v2 data-v3 data-v4 data-v5 data-s6 data-novel7 train bench tree-table clean-venv
 
 setup: $(STAMP)
 
@@ -100,6 +100,10 @@ data-novel7: setup
 BENCH_ARGS ?= --methods ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista --max-new-tokens 96
 bench: setup
 	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(BENCH_ARGS) --out runs/bench
+
+# tau of every dynamic-tree shape on held-out prompts, which `auto` trees go by (rerun after publishing a drafter)
+tree-table: setup
+	$(PY) -m analysis.tree_acceptance --prompts 24 --max-new-tokens 64 --threads 2 --out assets/results/tree_acceptance.json
 
 # ---- drafter training (core.training.train) ------------------------------------------------
 # Assumes $(PY) = the venv python and a `setup` target. Usage:

@@ -23,6 +23,12 @@ it gets `FIXED_CURVE`, a fixed cost model, so tests stay fast and deterministic.
 
 Choosing a tree (`choose_tree`): the model behind `auto` trees, documented here once.
 
+* Measured first. assets/results/tree_acceptance.json (analysis.tree_acceptance) holds, per dynamic-tree method,
+  the tau of every (D, N) shape measured on held-out prompts from one deep tree per position, with the drafter's
+  per-cycle update time and its time per expansion level. When it was measured on the same target and the same
+  checkpoint (and top_k), expected tau = that tau, and drafting = update + (D - 1) x level time, both scaled by
+  this machine's 1-token pass / the probe's. The model below is the fallback (a retrained drafter, another
+  target) and what Medusa / Amphista's static trees do not use at all.
 * Acceptance. `p[d]` = P(a cycle accepts at least d draft tokens), measured for the method at a reference
   tree of depth D0 and N0 nodes (assets/results/summary.json: acceptance_by_position and mean_tree_nodes;
   else the drafter card's teacher-forced acc@1..k, a top-1 chain: N0 = D0). Conditional rates
@@ -70,6 +76,8 @@ FIXED_CURVE = {"key": "fixed cost model (tiny test target)", "cpu": "none (fixed
 RESULTS = ROOT / "assets" / "results" / "summary.json"
 # the latest MoA ablation: every dynamic-tree drafter shipped then, fixed trees of depth 5 (docs/RESULTS.md, "MoA")
 DEEP_RESULTS = ROOT / "assets" / "results" / "moa_ablation" / "phase15" / "bench_summary.json"
+# tau of every dynamic-tree shape, measured on held-out prompts (analysis.tree_acceptance); read first
+TREE_TABLE = ROOT / "assets" / "results" / "tree_acceptance.json"
 MAX_AUTO_DEPTH = 8
 MAX_AUTO_TOKENS = 64
 STATIC_TREE_METHODS = ("medusa", "amphista")
@@ -190,6 +198,12 @@ def ideal_speedup(tau: float, curve: dict, tree_size: float) -> float:
 def gpu_ideal_speedup(tau: float) -> float:
     """The ideal speedup of the same tau under the GPU cost model (`GPU_COST_MODEL`): verify pass = 1-token pass."""
     return float(tau)
+
+
+def gpu_curve(curve: dict) -> dict:
+    """The GPU cost model as a curve: every pass costs what `curve`'s 1-token pass costs."""
+    one = pass_ms(monotone(curve), 1.0)
+    return {**curve, "key": "GPU cost model", "sizes": [1, MAX_AUTO_TOKENS + 1], "ms": [one, one], "fixed": True}
 
 
 # ----- the floor and the curve of any target ------------------------------------------------------
@@ -330,6 +344,46 @@ def method_acceptance(method: str, results: str | Path = RESULTS,
             "verify_ms_1": cost_from[1].get("verify_ms_per_cycle"), "source": source}
 
 
+def checkpoint_signature(meta: dict | None) -> str | None:
+    """A short string that changes whenever a checkpoint is retrained: its name and its training run's steps,
+    tokens, seed and wall time (config.json's "training"); None for an untrained drafter."""
+    if not isinstance(meta, dict):
+        return None
+    t = meta.get("training") or {}
+    return ":".join(str(x) for x in (meta.get("name"), t.get("steps"), t.get("tokens"), t.get("seed"),
+                                     t.get("wall_time_s")))
+
+
+def shipped_signature(method: str) -> str | None:
+    """`checkpoint_signature` of the shipped checkpoint of a method label (assets/drafters/<label>: "moa-tli1")."""
+    try:
+        return checkpoint_signature(json.loads((ROOT / "assets" / "drafters" / method / "config.json").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def tree_table(method: str, fingerprint: str | None = None, signature: str | None = None,
+               path: str | Path | None = None) -> dict | None:
+    """A method's row of the measured tree table (analysis.tree_acceptance) as choose_tree's acceptance:
+    {"grid": {(depth, total_tokens): tau}, "accept_ms", "level_ms", "verify_ms_1", "p": [], "source"}; None when
+    the table lacks the method, or was measured on another target (`fingerprint`) or checkpoint (`signature`,
+    default: the shipped checkpoint's), so a retrained drafter never goes by its predecessor's table."""
+    path = TREE_TABLE if path is None else Path(path)
+    try:
+        data = json.loads(path.read_text())
+        row = data["methods"][method]
+        grid = {(int(d), int(n)): float(t) for d, n, t in row["grid"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if fingerprint is not None and data.get("target") != fingerprint:
+        return None
+    if row.get("checkpoint") != (signature if signature is not None else shipped_signature(method)):
+        return None
+    return {"grid": grid, "accept_ms": row.get("accept_ms"), "level_ms": row.get("level_ms"),
+            "verify_ms_1": row.get("verify_ms_1"), "top_k": row.get("top_k"), "p": [], "ref_depth": 0,
+            "ref_total": 0, "source": f"{path.name}: {method} (tau measured for every tree shape)"}
+
+
 def card_acceptance(metrics: dict | None) -> dict | None:
     """Acceptance from a drafter card's held-out acc@1..k (teacher-forced top-1 along a chain: N0 = D0)."""
     if not isinstance(metrics, dict):
@@ -375,10 +429,14 @@ def choose_tree(method: str, target: Target | None = None, curve: dict | None = 
     base = method.removesuffix("+lookup")
     if acceptance is None and base in STATIC_TREE_METHODS:  # sized by core.drafters.static_tree.static_tree_choice
         acceptance = {"p": [], "ref_depth": 0, "ref_total": 0, "source": "static tree: see core.drafters.static_tree"}
-    acc = acceptance if acceptance is not None else method_acceptance(base)
-    if acc is not None and not conditional_rates(acc.get("p") or []):
+    acc = acceptance if acceptance is not None else (tree_table(base) or method_acceptance(base))
+    if acc is not None and not acc.get("grid") and not conditional_rates(acc.get("p") or []):
         acc = None  # nothing measured to go by
     one = pass_ms(curve, 1.0)
+    measured = bool(acc and acc.get("grid"))
+    if measured:  # the probe's own drafting times, scaled by this machine's one-token pass against the probe's
+        scale = one / acc["verify_ms_1"] if acc.get("verify_ms_1") else 1.0
+        fixed_ms, level_ms = (acc.get("accept_ms") or 0.0) * scale, (acc.get("level_ms") or 0.04 * one) * scale
     if draft_ms_per_level is None:
         draft_ms_per_level = 0.04 * one
         if acc and acc.get("draft_ms") and acc.get("verify_ms_1"):
@@ -391,11 +449,19 @@ def choose_tree(method: str, target: Target | None = None, curve: dict | None = 
     if not acc:
         return out
     rates = conditional_rates(acc["p"])
+    if measured:
+        out["draft_ms_per_level"] = round(level_ms, 3)
     best = None
     for depth in range(1, max_depth + 1):
         for n in range(depth, min(max_tokens, depth * top_k if top_k else max_tokens) + 1):
-            tau = expected_tau(rates, depth, n, acc["ref_depth"], acc["ref_total"])
-            ms = pass_ms(curve, 1.0 + n) + depth * draft_ms_per_level
+            if measured:
+                if (depth, n) not in acc["grid"]:
+                    continue
+                tau = acc["grid"][(depth, n)]
+                ms = pass_ms(curve, 1.0 + n) + fixed_ms + (depth - 1) * level_ms
+            else:
+                tau = expected_tau(rates, depth, n, acc["ref_depth"], acc["ref_total"])
+                ms = pass_ms(curve, 1.0 + n) + depth * draft_ms_per_level
             tps = 1000.0 * tau / ms
             out["grid"].append({"depth": depth, "total_tokens": n, "tau": round(tau, 4), "ms": round(ms, 3),
                                 "tokens_per_s": round(tps, 3)})

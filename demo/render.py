@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from core.cost_curve import GPU_COST_MODEL, gpu_ideal_speedup, ideal_speedup, verify_cost
+from core.cost_curve import GPU_COST_MODEL, gpu_ideal_speedup, ideal_speedup, monotone, pass_ms, verify_cost
 
 MAX_DEPTH_CLASS = 8  # depth classes d1..d8; deeper drafts share d8
 
@@ -597,6 +597,46 @@ def cost_curve_figure(curve: dict | None, tree_size: float | None = None) -> go.
     fig.update_layout(title=title,
                       xaxis={"title": "tokens in the pass", "type": "log", "tickvals": xs},
                       yaxis={"title": "ms", "rangemode": "tozero"}, height=340,
+                      margin={"l": 50, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def tree_choice_figure(here: dict | None, gpu: dict | None = None) -> go.Figure:
+    """Expected speedup over plain decoding of every tree shape on this machine (core.cost_curve.choose_tree's
+    grid: a depth x nodes heatmap for dynamic trees, a line for a static tree), with the shape `auto` picks here
+    and the one it would pick under the GPU cost model."""
+    if not here or not here.get("grid"):
+        return message_figure("No measured acceptance for this method: its checkpoint's tree is kept.")
+    one = pass_ms(monotone(here["curve"]), 1.0)
+    grid = here["grid"]
+    speed = {(r["depth"], r["total_tokens"]): r["tokens_per_s"] * one / 1000.0 for r in grid}
+    depths = sorted({d for d, _ in speed})
+    nodes = sorted({n for _, n in speed})
+    marks = [(here, "auto here", BONUS_ORANGE, "star")]
+    if gpu and gpu.get("depth"):
+        marks.append((gpu, "auto under the GPU cost model", "#444", "circle-open"))
+    if len(depths) > 1:
+        z = [[speed.get((d, n)) for n in nodes] for d in depths]
+        fig = go.Figure(go.Heatmap(x=nodes, y=depths, z=z, colorscale="Blues", colorbar={"title": "speedup"},
+                                   hovertemplate="depth %{y}, %{x} nodes: %{z:.2f}x<extra></extra>"))
+        for choice, name, color, symbol in marks:
+            fig.add_trace(go.Scatter(x=[choice["total_tokens"]], y=[choice["depth"]], mode="markers", name=name,
+                                     marker={"symbol": symbol, "size": 16, "color": color,
+                                             "line": {"width": 2, "color": color}}))
+        fig.update_yaxes(title="depth (drafting levels)", dtick=1)
+    else:
+        xs = [n for _, n in sorted(speed, key=lambda k: k[1])]
+        fig = go.Figure(go.Scatter(x=xs, y=[speed[(depths[0], n)] for n in xs], mode="lines", name="expected",
+                                   line={"color": ROOT_BLUE}, hovertemplate="%{x} nodes: %{y:.2f}x<extra></extra>"))
+        for choice, name, color, symbol in marks:
+            y = speed.get((depths[0], choice["total_tokens"]))
+            fig.add_trace(go.Scatter(x=[choice["total_tokens"]], y=[y], mode="markers", name=name,
+                                     marker={"symbol": symbol, "size": 14, "color": color}))
+        fig.update_yaxes(title="expected speedup", rangemode="tozero")
+    src = here.get("acceptance_source") or ""
+    fig.update_layout(title=f"{here['method']}: expected speedup of each tree shape here "
+                            f"(acceptance: {src.split(':')[0]})",
+                      xaxis={"title": "nodes in the tree"}, height=360,
                       margin={"l": 50, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.25})
     return fig
 

@@ -7,7 +7,8 @@ import time
 
 import gradio as gr
 
-from core.cost_curve import GPU_COST_MODEL
+from core.cost_curve import GPU_COST_MODEL, gpu_curve
+from core.drafters.static_tree import auto_tree_choice
 from demo.common import AppContext, friendly, last_runs, progress_reporter, run_decoder, write_json_download
 from demo.render import (
     compare_html,
@@ -22,6 +23,7 @@ from demo.render import (
     message_figure,
     stats_html,
     tokens_html,
+    tree_choice_figure,
     tree_figure,
 )
 from demo.runtime import TLI_CHOICES, UNTRAINED_NOTE, Runtime, UserError, trace_for_download
@@ -53,6 +55,12 @@ COST_CURVE_TEXT = """\
 plus the drafter's own time. The ideal speedup, tau x t(1-token pass) / t(verify pass), is what a drafter that
 cost nothing would reach at this tau. On this machine a verify pass costs more than a one-token pass (the curve
 below). Under the GPU cost model, where {model}, the ideal speedup equals tau.
+
+**Why the tree is this size.** `auto` trees weigh, for every shape (depth x nodes), the tau the drafter
+reaches with it (measured on held-out prompts) against what its verify pass and drafting cost on this machine.
+The second plot shows that expected speedup for the method you picked: the star is the tree chosen here, the
+circle the one the same drafter would get where a wide pass costs what a one-token pass does (a GPU). On a
+small CPU the pass grows with the tree, so the best tree is small; on a GPU it is large.
 """
 MAX_MESSAGE_CHARS = 6000
 STREAM_EVERY_S = 0.08  # at most ~12 UI updates a second while streaming
@@ -74,6 +82,16 @@ def note_html(runtime: Runtime, method: str, tli: int | None, note: str | None =
     if text.startswith(UNTRAINED_NOTE):
         return f'<div class="untrained-note">⚠ {html.escape(text)}</div>'
     return f'<div class="stat-note">{html.escape(text)}</div>'
+
+
+def choice_figure(curve: dict | None, method: str, tli: int | None):
+    """The expected speedup of every tree shape for `method` on this machine and under the GPU cost model."""
+    if not curve:
+        return message_figure("The cost curve is measured once the target has loaded.")
+    if method in ("ar", "pld"):
+        return message_figure(f"{method} drafts no tree: pick a drafter to see which tree pays here.")
+    label = f"moa-tli{int(tli)}" if method == "moa" and tli else method
+    return tree_choice_figure(auto_tree_choice(label, curve), auto_tree_choice(label, gpu_curve(curve)))
 
 
 def plain_speed(session: dict, runtime: Runtime) -> tuple[float | None, str]:
@@ -189,6 +207,8 @@ def build(ctx: AppContext) -> None:
                       elem_id="cost-curve") as curve_box:
         gr.Markdown(COST_CURVE_TEXT.format(model=GPU_COST_MODEL))
         curve_plot = gr.Plot(cost_curve_figure(runtime.cost_curve), show_label=False, elem_id="cost-curve-plot")
+        choice_plot = gr.Plot(message_figure("Open this panel after the model has loaded."), show_label=False,
+                              elem_id="tree-choice-plot")
 
     def on_method(m, n):
         return gr.update(visible=m == "moa"), note_html(runtime, m, n if m == "moa" else None)
@@ -291,9 +311,11 @@ def build(ctx: AppContext) -> None:
     stop.click(None, None, None, cancels=[send_event, submit_event, cmp_event], queue=False,
                api_visibility="private")
 
-    def on_curve(session):
+    def on_curve(session, m, n):
         runs = [r for r in last_runs(session) if not r.get("example")]
         size = runs[-1]["stats"].get("mean_drafted") if runs else None
-        return cost_curve_figure(runtime.measure_cost_curve() if runtime.loaded else runtime.cost_curve, size)
+        curve = runtime.measure_cost_curve() if runtime.loaded else runtime.cost_curve
+        return cost_curve_figure(curve, size), choice_figure(curve, m, n)
 
-    curve_box.expand(friendly(on_curve), [ctx.session], [curve_plot], api_visibility="private")
+    curve_box.expand(friendly(on_curve), [ctx.session, method, tli], [curve_plot, choice_plot],
+                     api_visibility="private")

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         return checks.report(err)
 
     from core import cost_curve
-    from core.drafters.static_tree import static_tree_choice
+    from core.drafters.static_tree import auto_tree_choice
 
     target = checks.target_for_script(args.dtype, args.device, args.threads)
     curve = cost_curve.measure_cost_curve(target, refresh=args.refresh)
@@ -46,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bare-matmul floor: {floor:.2f} ms; 1-token pass = {curve['ms'][0] / floor:.2f}x the floor")
     print(f"{'method':10s} {'depth':>5s} {'nodes':>5s} {'exp. tau':>8s} {'exp. tok/s':>10s}  acceptance from")
     for m in METHODS:
-        c = static_tree_choice(m, curve) if m in cost_curve.STATIC_TREE_METHODS else \
-            cost_curve.choose_tree(m, curve=curve)
+        c = auto_tree_choice(m, curve)
         if c["depth"] is None:
             print(f"{m:10s} {'-':>5s} {'-':>5s}  (no measured acceptance: the checkpoint's tree is kept)")
             continue

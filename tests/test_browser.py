@@ -216,6 +216,7 @@ def test_generate_and_every_tab(app_url):
             assert page.locator("#chatbot").inner_text().strip()
             page.locator("#cost-curve").get_by_text("cost curve").first.click()  # the accordion opens
             page.locator("#cost-curve-plot .main-svg").first.wait_for(timeout=60_000)
+            page.locator("#tree-choice-plot .main-svg").first.wait_for(timeout=60_000)
 
             # the step-by-step player: the shipped lesson, then the live run
             _open_tab(page, "Step by step")

@@ -251,3 +251,27 @@ def test_cost_curve_figure_marks_the_verify_pass():
     assert list(fig.data[1].y) == [95, 95]  # the GPU model: every pass costs the one-token pass
     assert fig.layout.shapes[0].x0 == pytest.approx(np.log10(16))  # a log axis: shapes in log10 units
     assert "measured once the target has loaded" in cost_curve_figure(None).layout.annotations[0].text
+
+
+def test_tree_choice_figure_marks_the_tree_chosen_here_and_on_a_gpu():
+    from core.cost_curve import choose_tree, gpu_curve
+    from core.drafters.static_tree import auto_tree_choice
+    from demo.render import tree_choice_figure
+    from demo.tab_generate import choice_figure
+
+    curve = {"sizes": [1, 8, 32, 64], "ms": [10.0, 14.0, 30.0, 60.0]}
+    acc = {"p": [0.7, 0.4, 0.2], "ref_depth": 3, "ref_total": 12.0, "source": "hand"}
+    here = choose_tree("x", curve=curve, acceptance=acc, draft_ms_per_level=0.5)
+    gpu = choose_tree("x", curve=gpu_curve(curve), acceptance=acc, draft_ms_per_level=0.5)
+    assert gpu_curve(curve)["ms"] == [10.0, 10.0] and gpu["total_tokens"] > here["total_tokens"]
+    fig = tree_choice_figure(here, gpu)
+    assert [t.type for t in fig.data] == ["heatmap", "scatter", "scatter"]
+    assert (fig.data[1].x[0], fig.data[1].y[0]) == (here["total_tokens"], here["depth"])
+    assert (fig.data[2].x[0], fig.data[2].y[0]) == (gpu["total_tokens"], gpu["depth"])
+    best = max(max(v for v in row if v is not None) for row in fig.data[0].z)  # the heatmap is in speedup units
+    assert best == pytest.approx(here["expected_tokens_per_s"] * 10.0 / 1000.0)
+    static = tree_choice_figure(auto_tree_choice("medusa", curve), auto_tree_choice("medusa", gpu_curve(curve)))
+    assert static.data[0].type == "scatter" and len(static.data) == 3
+    assert "no measured acceptance" in tree_choice_figure(None).layout.annotations[0].text.lower()
+    assert "drafts no tree" in choice_figure(curve, "pld", None).layout.annotations[0].text
+    assert "moa-tli3" in choice_figure(curve, "moa", 3).layout.title.text

@@ -287,6 +287,15 @@ def static_tree_choice(method: str, curve: dict, tree_accuracy: list[list[float]
     return out
 
 
+def auto_tree_choice(method: str, curve: dict) -> dict:
+    """What `auto` picks for any method label under `curve`: Medusa / Amphista's static-tree size
+    (`static_tree_choice`), else core.cost_curve.choose_tree's dynamic tree."""
+    base = method.removesuffix("+lookup")
+    if base in cost_curve.STATIC_TREE_METHODS:
+        return static_tree_choice(base, curve)
+    return cost_curve.choose_tree(base, curve=curve)
+
+
 class StaticTreeMixin:
     """Static-tree handling for multi-head drafters (Medusa, Amphista) whose config has `num_heads`,
     `draft_vocab_size`, `tree_paths` and `tree_accuracy` (measured per-rank accuracies, empty = the

@@ -23,9 +23,9 @@ from core.target import Target
 
 __all__ = [
     "LOSS_DECAY", "TARGET_FIELDS", "TOPK_METRICS", "TREE_OPTIONS", "DrafterConfig", "ResBlock", "StackedHeads",
-    "TrainBatch", "TrainedDrafter", "apply_tree_options", "check_draft_vocab_size", "check_hyper", "deepen_heads",
-    "distill_terms", "layer_config", "multi_head_loss", "perturb", "resolve_auto_tree", "rope_kv",
-    "target_tokens_in_vocab", "top1", "weighted_mean", "AUTO",
+    "TrainBatch", "TrainedDrafter", "apply_tree_options", "check_draft_vocab_size", "check_hyper",
+    "deepen_heads", "distill_terms", "layer_config", "multi_head_loss", "perturb",
+    "resolve_auto_tree", "rope_kv", "target_tokens_in_vocab", "top1", "weighted_mean", "AUTO",
 ]
 
 # ----- distillation against the target's distribution (EAGLE-2, MoA) ----------------------------
@@ -160,15 +160,20 @@ def _shipped_summary_label(drafter: TrainedDrafter) -> str:
 
 
 def tree_acceptance(drafter: TrainedDrafter) -> dict | None:
-    """What the drafter's auto tree goes by: the benchmark summary's measured acceptance of its method when it
-    is the shipped checkpoint for the same target, else its card's held-out acc@k; None for an untrained
-    (random) drafter, which keeps its configured tree."""
+    """What the drafter's auto tree goes by, best first: the measured tau of every tree shape
+    (core.cost_curve.tree_table, analysis.tree_acceptance) when it was measured on this very checkpoint and
+    target; else the benchmark summary's acceptance by depth of its method when it is the shipped checkpoint for
+    the same target; else its card's held-out acc@k. None for an untrained (random) drafter, which keeps its
+    configured tree."""
     from core import cost_curve
 
     meta = getattr(drafter, "checkpoint_meta", None)
     if not isinstance(meta, dict):
         return None
     label = _shipped_summary_label(drafter)
+    table = cost_curve.tree_table(label, drafter.config.target_fingerprint, cost_curve.checkpoint_signature(meta))
+    if table and table.get("top_k") == drafter.config.top_k:  # measured with this frontier width
+        return table
     try:
         import json
 
