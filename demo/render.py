@@ -624,14 +624,18 @@ def tree_choice_figure(here: dict | None, gpu: dict | None = None) -> go.Figure:
                                      marker={"symbol": symbol, "size": 16, "color": color,
                                              "line": {"width": 2, "color": color}}))
         fig.update_yaxes(title="depth (drafting levels)", dtick=1)
-    else:
-        xs = [n for _, n in sorted(speed, key=lambda k: k[1])]
-        fig = go.Figure(go.Scatter(x=xs, y=[speed[(depths[0], n)] for n in xs], mode="lines", name="expected",
-                                   line={"color": ROOT_BLUE}, hovertemplate="%{x} nodes: %{y:.2f}x<extra></extra>"))
+    else:  # a static tree: one line per cost model, each with its own choice
+        fig = go.Figure()
         for choice, name, color, symbol in marks:
-            y = speed.get((depths[0], choice["total_tokens"]))
-            fig.add_trace(go.Scatter(x=[choice["total_tokens"]], y=[y], mode="markers", name=name,
-                                     marker={"symbol": symbol, "size": 14, "color": color}))
+            rows = sorted(choice["grid"], key=lambda r: r["total_tokens"])
+            y_of = {r["total_tokens"]: r["tokens_per_s"] * one / 1000.0 for r in rows}
+            line = "this machine" if choice is here else "GPU cost model"
+            fig.add_trace(go.Scatter(x=list(y_of), y=list(y_of.values()), mode="lines", name=line,
+                                     line={"color": ROOT_BLUE if choice is here else "#888",
+                                           "dash": "solid" if choice is here else "dot"},
+                                     hovertemplate="%{x} nodes: %{y:.2f}x<extra></extra>"))
+            fig.add_trace(go.Scatter(x=[choice["total_tokens"]], y=[y_of.get(choice["total_tokens"])],
+                                     mode="markers", name=name, marker={"symbol": symbol, "size": 14, "color": color}))
         fig.update_yaxes(title="expected speedup", rangemode="tozero")
     src = here.get("acceptance_source") or ""
     fig.update_layout(title=f"{here['method']}: expected speedup of each tree shape here "
