@@ -263,7 +263,15 @@ moa-phase16: setup
 		--autocast on --eval-every 300 --eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters \
 		--param-lr-mult ca.o_proj=10 $(MOA_PHASE15_HYPER)"
 
-.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-phase14 moa-phase14b moa-phase15 moa-phase16 moa-ablation
+# Phase 17 (docs/TRAINING.md): the published moa continued with SA's outputs dropped for half the sequences
+# (sa_drop 0.5, training only), so that the target's channels (CA, the final feature) must carry the prediction.
+moa-phase17: setup
+	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=$(or $(PHASE17_MIN),38) \
+		BATCH_TOKENS=1024 LR=1e-4 SEED=18 RUN=runs/moa-sa-drop TRAIN_ARGS="--warmup 30 --dtype bfloat16 \
+		--autocast on --eval-every 300 --eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters \
+		$(MOA_PHASE15_HYPER) --hyper moa.sa_drop=0.5"
+
+.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-phase14 moa-phase14b moa-phase15 moa-phase16 moa-phase17 moa-ablation
 moa-phase11: setup
 	$(MAKE) train DRAFTERS=moa,moa-narrow DATA=assets/distill_v5/distill.npz STEPS=1050 BATCH_TOKENS=1024 LR=5e-4 \
 		SEED=11 RUN=runs/moa-wide TRAIN_ARGS="--warmup 50 --dtype bfloat16 --autocast on --eval-every 350 \

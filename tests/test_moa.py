@@ -608,3 +608,30 @@ def test_final_feature_gain_scales_the_feature_and_rebuilds_its_projection(tmp_p
     for bad in (0, -1.0, True, "2"):
         with pytest.raises(ValueError, match="final_feature_gain"):
             MoADrafter.random(tiny, seed=0, final_feature=True, final_feature_gain=bad, **SMALL)
+
+
+def test_sa_drop_leaves_the_token_embedding_in_training_only(tiny):
+    """sa_drop: a dropped sequence's stream is its token embedding (as if SA's attention and MLP wrote nothing);
+    evaluation mode and inference never drop."""
+    import copy
+
+    d = MoADrafter.random(tiny, seed=2, **SMALL)
+    tokens = tiny_prompts(VOCAB, n=1, length=24, seed=4)[0]
+    batch = batch_for(d, tiny, tokens, 2)
+    last = d.last_verified(batch, period=torch.full((1,), 8))
+    silent = copy.deepcopy(d)
+    with torch.no_grad():
+        silent.sa.self_attn.o_proj.weight.zero_()
+        silent.sa.mlp.down_proj.weight.zero_()
+        want, _ = silent.train_forward(batch, last, 1.0)
+        full, _ = d.train_forward(batch, last, 1.0)
+        d.config.sa_drop = 0.999999
+        d.train()
+        got, _ = d.train_forward(batch, last, 1.0)
+        d.eval()
+        kept, _ = d.train_forward(batch, last, 1.0)
+    assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, full, atol=1e-3)
+    assert torch.equal(kept, full)  # evaluation mode: SA always runs
+    for bad in (1.0, -0.1, True, "0.5"):
+        with pytest.raises(ValueError, match="sa_drop"):
+            MoADrafter.random(tiny, seed=2, **{**SMALL, "sa_drop": bad})

@@ -89,6 +89,11 @@ Our choices where we differ from, or go beyond, the reference code (each for a r
     about 47 per channel from token to token, while the projected feature varied by 1.5 after phase 14b, so
     switching it off changed 4% of top-1 predictions. A gain lets the feature reach the stream's scale at a
     normal learning rate.
+  * `sa_drop` (training only, our addition; 0 by default): per sequence, with that probability, SA's attention
+    and MLP outputs are replaced by the bare token embedding, so the loss can only be lowered through CA and
+    the final feature. SA starts as the target's first layer and its output dominates the stream (about 10x
+    CA's spread), and neither a gain (the feature) nor a faster rate (CA's output) made the network listen to
+    the target's channels more; this changes the objective instead. Inference is unchanged.
   * Long-horizon variants (`moa-h24`: period_max 24) train predictions up to 24 tokens past
     the last verified one, so that an offline chain of ~20 tokens stays in distribution.
 
@@ -205,6 +210,10 @@ class MoAConfig(DrafterConfig):
     # earlier segments grows linearly (the layout of the drafters we shipped before).
     staircase: str = "random"
     ce_weight: float = 0.1
+    # Training only (our addition; 0, the reference layout, is the default): per sequence, with this probability,
+    # SA's attention and MLP outputs are dropped and the stream keeps only the token's embedding, so the
+    # prediction must come from the target's channels (CA and the final feature). Inference always runs SA.
+    sa_drop: float = 0.0
     draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
     context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
 
@@ -213,7 +222,7 @@ class MoADrafter(TrainedDrafter):
     name = "moa"
     config_class = MoAConfig
     # continuing a published drafter (core.training --init-from): these may change freely...
-    training_only = ("period_min", "period_max", "staircase", "staircase_until", "ce_weight")
+    training_only = ("period_min", "period_max", "staircase", "staircase_until", "ce_weight", "sa_drop")
     # ...and changing one of these rebuilds the LSA encoder from scratch (SA, CA and head are kept)
     rebuilt = {"ca_window": (), "final_feature": ("lsa.feat",), "final_feature_gain": ("lsa.feat",),
                "lsa_full_width": ("lsa.",), "lsa_dim": ("lsa.",), "lsa_heads": ("lsa.",), "lsa_mlp_ratio": ("lsa.",),
@@ -233,6 +242,9 @@ class MoADrafter(TrainedDrafter):
         gain = config.final_feature_gain
         if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not gain > 0:
             raise ValueError(f"final_feature_gain must be a number > 0, got {gain!r}")
+        drop = config.sa_drop
+        if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not 0 <= drop < 1:
+            raise ValueError(f"sa_drop must be a number in [0, 1) (0: SA always runs in training), got {drop!r}")
         if not 1 <= config.period_min <= config.period_max:
             raise ValueError(f"need 1 <= period_min <= period_max, got {config.period_min}, {config.period_max}")
         check_draft_vocab_size(config.draft_vocab_size, target)
@@ -620,8 +632,11 @@ class MoADrafter(TrainedDrafter):
         else:  # per sequence: the staircase (current unverified segment only) with probability 1 - frac
             stair = torch.rand(b, device=ids.device) < 1.0 - frac
             sa_mask = causal & ((cols > lv) | ~stair[:, None, None])
-        sa_out, _ = decoder_layer(self.sa, tgt.embed_tokens(ids).to(self._dtype), cos, sin, sa_mask[:, None],
-                                  None, 0, tgt.head_dim)
+        emb = tgt.embed_tokens(ids).to(self._dtype)
+        sa_out, _ = decoder_layer(self.sa, emb, cos, sin, sa_mask[:, None], None, 0, tgt.head_dim)
+        if self.training and cfg.sa_drop > 0:  # per sequence: the token's embedding only (MoAConfig.sa_drop)
+            dropped = torch.rand(b, device=ids.device) < cfg.sa_drop
+            sa_out = torch.where(dropped[:, None, None], emb, sa_out)
         if shortcut is not None:
             sa_out = sa_out + shortcut
         mem_k, mem_v = self.ca.memory(vec, cos, sin)
