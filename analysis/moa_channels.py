@@ -84,8 +84,14 @@ def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0) ->
         out[variant] = {k: round(float(hits[k] / counts[k]), 4) if counts[k] else None
                         for k in range(1, DISTANCES + 1)}
     return {"drafter": drafter_path or note, "sequences": len(seqs), "data": data,
-            "top1_by_distance": out, "ca_attention": ca_attention(d, target, seqs),
-            "stream_spread": stream_spread(d, target, seqs)}
+            "top1_by_distance": out, **forward_statistics(d, target, seqs)}
+
+
+def forward_statistics(d, target, seqs, n: int = 4, period: int = 8) -> dict:
+    """`ca_attention` and `stream_spread` from one teacher-forced forward of the first n sequences."""
+    parts = _forward_parts(d, target, seqs, n, period)
+    return {"ca_attention": ca_attention(d, target, seqs, n, period, parts),
+            "stream_spread": stream_spread(d, target, seqs, n, period, parts)}
 
 
 def _forward_parts(d, target, seqs, n: int, period: int) -> SimpleNamespace:
@@ -120,14 +126,14 @@ def _forward_parts(d, target, seqs, n: int, period: int) -> SimpleNamespace:
                            ca_mask=d.ca_read_mask(last))
 
 
-def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
+def ca_attention(d, target, seqs, n: int = 4, period: int = 8, parts: SimpleNamespace | None = None) -> dict:
     """Where cross-attention looks, on the first n sequences verified every `period` tokens: the normalised
     entropy of its weights (0 = one position, 1 = uniform), the weight on the last verified position, and
     how far back from it the most attended position lies (median)."""
     import torch
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    f = _forward_parts(d, target, seqs, n, period)
+    f = parts if parts is not None else _forward_parts(d, target, seqs, n, period)
     last, cos, sin, loss, attn = f.last, f.cos, f.sin, f.loss, f.attn
     b, t = f.ids.shape
     with torch.no_grad():
@@ -150,13 +156,13 @@ def ca_attention(d, target, seqs, n: int = 4, period: int = 8) -> dict:
             "peak_distance_back_median": float(back[ok].float().median())}
 
 
-def stream_spread(d, target, seqs, n: int = 4, period: int = 8) -> dict:
+def stream_spread(d, target, seqs, n: int = 4, period: int = 8, parts: SimpleNamespace | None = None) -> dict:
     """How strongly each part writes into the drafter's stream, on the first n sequences verified every `period`
     tokens: per channel, the standard deviation across answer positions of what the part adds, then the median
     over channels. A part whose spread is small next to SA's moves the prediction little, however informative."""
     import torch
 
-    f = _forward_parts(d, target, seqs, n, period)
+    f = parts if parts is not None else _forward_parts(d, target, seqs, n, period)
     with torch.no_grad():
         parts = {"sa": f.sa_out}
         stream = f.sa_out

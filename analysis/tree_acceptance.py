@@ -177,11 +177,14 @@ def probe_method(target, method: str, prompts: list[list[int]], max_new_tokens: 
                 t, c = walk_tau(chains, depth, total)
                 toks, cycles = toks + t, cycles + c
             grid.append([depth, total, round(toks / max(1, cycles), 4)])
-    ms = lambda xs: round(1000 * statistics.median(xs), 3) if xs else None  # noqa: E731
     return {"checkpoint": checkpoint_signature(getattr(drafter, "checkpoint_meta", None)),
             "positions": sum(len(c) for c in chains_per_prompt), "top_k": PROBE_TOP_K,
-            "accept_ms": ms(probe.accept_s), "level_ms": round(ms(probe.draft_s) / (PROBE_DEPTH - 1), 3),
-            "verify_ms_1": ms(verify_s), "grid": grid}
+            "accept_ms": median_ms(probe.accept_s), "level_ms": round(median_ms(probe.draft_s) / (PROBE_DEPTH - 1), 3),
+            "verify_ms_1": median_ms(verify_s), "grid": grid}
+
+
+def median_ms(seconds: list[float]) -> float:
+    return round(1000 * statistics.median(seconds), 3)
 
 
 def main(argv: list[str] | None = None) -> int:

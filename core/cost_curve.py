@@ -433,15 +433,16 @@ def choose_tree(method: str, target: Target | None = None, curve: dict | None = 
     if acc is not None and not acc.get("grid") and not conditional_rates(acc.get("p") or []):
         acc = None  # nothing measured to go by
     one = pass_ms(curve, 1.0)
-    measured = bool(acc and acc.get("grid"))
-    if measured:  # the probe's own drafting times, scaled by this machine's one-token pass against the probe's
-        scale = one / acc["verify_ms_1"] if acc.get("verify_ms_1") else 1.0
-        fixed_ms, level_ms = (acc.get("accept_ms") or 0.0) * scale, (acc.get("level_ms") or 0.04 * one) * scale
     if draft_ms_per_level is None:
         draft_ms_per_level = 0.04 * one
         if acc and acc.get("draft_ms") and acc.get("verify_ms_1"):
             draft_ms_per_level = (acc["draft_ms"] / max(1, acc.get("draft_levels") or acc["ref_depth"])
                                   * one / acc["verify_ms_1"])
+    grid = acc.get("grid") if acc else None
+    if grid:  # measured shapes: the probe's own drafting times, scaled by this machine's 1-token pass / the probe's
+        scale = one / acc["verify_ms_1"] if acc.get("verify_ms_1") else 1.0
+        fixed_ms = (acc.get("accept_ms") or 0.0) * scale
+        draft_ms_per_level = (acc.get("level_ms") or 0.04 * one) * scale
     out = {"method": method, "depth": None, "total_tokens": None, "expected_tau": 1.0,
            "expected_tokens_per_s": 1000.0 / one, "cycle_ms": one, "draft_ms_per_level": round(draft_ms_per_level, 3),
            "acceptance": acc["p"] if acc else [], "acceptance_source": acc["source"] if acc else None,
@@ -449,19 +450,17 @@ def choose_tree(method: str, target: Target | None = None, curve: dict | None = 
     if not acc:
         return out
     rates = conditional_rates(acc["p"])
-    if measured:
-        out["draft_ms_per_level"] = round(level_ms, 3)
     best = None
     for depth in range(1, max_depth + 1):
         for n in range(depth, min(max_tokens, depth * top_k if top_k else max_tokens) + 1):
-            if measured:
-                if (depth, n) not in acc["grid"]:
+            if grid:
+                if (depth, n) not in grid:
                     continue
-                tau = acc["grid"][(depth, n)]
-                ms = pass_ms(curve, 1.0 + n) + fixed_ms + (depth - 1) * level_ms
+                tau, drafting = grid[(depth, n)], fixed_ms + (depth - 1) * draft_ms_per_level
             else:
                 tau = expected_tau(rates, depth, n, acc["ref_depth"], acc["ref_total"])
-                ms = pass_ms(curve, 1.0 + n) + depth * draft_ms_per_level
+                drafting = depth * draft_ms_per_level
+            ms = pass_ms(curve, 1.0 + n) + drafting
             tps = 1000.0 * tau / ms
             out["grid"].append({"depth": depth, "total_tokens": n, "tau": round(tau, 4), "ms": round(ms, 3),
                                 "tokens_per_s": round(tps, 3)})

@@ -608,8 +608,7 @@ def tree_choice_figure(here: dict | None, gpu: dict | None = None) -> go.Figure:
     if not here or not here.get("grid"):
         return message_figure("No measured acceptance for this method: its checkpoint's tree is kept.")
     one = pass_ms(monotone(here["curve"]), 1.0)
-    grid = here["grid"]
-    speed = {(r["depth"], r["total_tokens"]): r["tokens_per_s"] * one / 1000.0 for r in grid}
+    speed = {(r["depth"], r["total_tokens"]): r["tokens_per_s"] * one / 1000.0 for r in here["grid"]}
     depths = sorted({d for d, _ in speed})
     nodes = sorted({n for _, n in speed})
     marks = [(here, "auto here", BONUS_ORANGE, "star")]
@@ -638,8 +637,8 @@ def tree_choice_figure(here: dict | None, gpu: dict | None = None) -> go.Figure:
                                      mode="markers", name=name, marker={"symbol": symbol, "size": 14, "color": color}))
         fig.update_yaxes(title="expected speedup", rangemode="tozero")
     src = here.get("acceptance_source") or ""
-    fig.update_layout(title=f"{here['method']}: expected speedup of each tree shape here "
-                            f"(acceptance: {src.split(':')[0]})",
+    src = src.rsplit("(", 1)[-1].rstrip(")") if src.endswith(")") else src  # "tau measured for every tree shape"
+    fig.update_layout(title=f"{here['method']}: expected speedup of each tree shape here ({src})",
                       xaxis={"title": "nodes in the tree"}, height=360,
                       margin={"l": 50, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.25})
     return fig

@@ -319,3 +319,9 @@ def build(ctx: AppContext) -> None:
 
     curve_box.expand(friendly(on_curve), [ctx.session, method, tli], [curve_plot, choice_plot],
                      api_visibility="private")
+
+    def on_method_choice(m, n):  # an open panel follows the method picker (nothing is measured here)
+        return choice_figure(runtime.cost_curve, m, n)
+
+    for picker in (method, tli):
+        picker.change(friendly(on_method_choice), [method, tli], [choice_plot], api_visibility="private")
