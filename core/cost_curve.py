@@ -98,11 +98,27 @@ def cpu_model(cpuinfo: str | None = None) -> str:
     return platform.processor() or platform.machine() or "unknown cpu"
 
 
+def cpu_isa(cpuinfo: str | None = None) -> str:
+    """The widest matrix instructions this CPU has (amx, avx512_bf16, avx512, avx2 or other). Part of the
+    cache key: cloud CPUs share model names ("AMD EPYC") across generations with very different kernels."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    flags = set(cpuinfo.split())
+    for flag, name in (("amx_bf16", "amx"), ("avx512_bf16", "avx512_bf16"), ("avx512f", "avx512"), ("avx2", "avx2")):
+        if flag in flags:
+            return name
+    return "other"
+
+
 def machine_key(target: Target) -> str:
-    """The cache key of a curve: CPU model, torch version, dtype, device and target fingerprint."""
+    """The cache key of a curve: CPU model and instructions, torch version, dtype, device, target fingerprint."""
     dtype = str(target.dtype).replace("torch.", "")
     packed = " | packed matmuls" if target.packed_matmuls else ""
-    return (f"{cpu_model()} | torch {torch.__version__} | {dtype} | {target.device} | {target.fingerprint} | "
+    cpu = f"{cpu_model()} ({cpu_isa()})" if target.device.type == "cpu" else cpu_model()
+    return (f"{cpu} | torch {torch.__version__} | {dtype} | {target.device} | {target.fingerprint} | "
             f"{PASS_VERSION}{packed}")
 
 

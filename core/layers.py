@@ -6,13 +6,14 @@ tensors, q/k/v stacked into one QKV weight and gate/up into one, for inference: 
 (`fuse_layer`, sharing the HF modules' storage) and drafters' inference copies (`fused_copy`).
 `append_layer_kv` runs only the cache half of a layer.
 
-Packed matmuls (our choice, measured per process): on a CPU in bfloat16, oneDNN's matmul on a weight
-reordered once into its blocked layout (`torch.ops.mkldnn._reorder_linear_weight` / `_linear_pointwise`, the
-kernel inductor uses after freezing) reads the weight about twice as fast as `F.linear`, which re-blocks it
-on every call. `packed_linear_wins` times both on one layer-sized matrix the first time a bfloat16 CPU pass is
-built and keeps the packed path only where it is clearly faster (SPECLENS_PACKED_LINEAR=0/1 overrides). The
-packed weights are copies used only without autograd: the target's fused layers, its LM head, drafters'
-fused layers and drafting vocabularies; float32 and training always run `F.linear`.
+Packed matmuls (our choice, measured per process): on a CPU, oneDNN's matmul on a weight reordered once
+into its blocked layout (`torch.ops.mkldnn._reorder_linear_weight` / `_linear_pointwise`, the kernel inductor
+uses after freezing) reads the weight faster than `F.linear`, which in bfloat16 re-blocks it on every call
+and in float32 switches to a slow kernel as soon as a call has two rows. `packed_linear_wins` times both on
+one layer-sized matrix the first time a CPU pass of a dtype is built, checks the kernel can be trusted for
+lossless decoding, and keeps the packed path only where it is clearly faster (SPECLENS_PACKED_LINEAR=0/1
+overrides). The packed weights are copies used only without autograd: the target's fused layers, its LM head,
+drafters' fused layers and drafting vocabularies; training always runs `F.linear`.
 """
 
 from __future__ import annotations
@@ -122,20 +123,32 @@ def _time_ms(fn, repeats: int) -> float:
 @functools.cache
 def packed_linear_wins(dtype: torch.dtype, device_type: str) -> bool:
     """Whether packed oneDNN matmuls beat F.linear here: timed once per process on a 1536 x 576 weight (one
-    Llama MLP projection) at 1 and 16 rows, kept only if at least 10% faster. Never on GPUs or in float32."""
+    Llama MLP projection) at 1 and 16 rows, kept only if at least 10% faster. Never on GPUs.
+
+    The kernel must also be trustworthy for lossless decoding. In bfloat16 its one-row result must equal
+    F.linear's. In float32 it differs from F.linear in the last bits, so it must instead be batch-invariant:
+    each row of a 16-row call equals that row computed alone, so a token's numbers do not depend on how many
+    tokens share its pass (F.linear's own float32 kernels are not: one row and several take different paths).
+    """
     env = os.environ.get("SPECLENS_PACKED_LINEAR", "").strip()
     if env in ("0", "1"):
         return env == "1" and device_type == "cpu"
-    if device_type != "cpu" or dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
+    if device_type != "cpu" or dtype not in (torch.bfloat16, torch.float32) or not torch.backends.mkldnn.is_available():
         return False
     try:
         with torch.no_grad():
             w = torch.randn(1536, 576, dtype=dtype)
             packed = pack_weight(w)
+            rows = torch.randn(16, 576, dtype=dtype)
+            if dtype == torch.bfloat16:
+                trusted = torch.equal(linear(rows[:1], w, None, packed), F.linear(rows[:1], w))
+            else:
+                alone = torch.cat([linear(r[None], w, None, packed) for r in rows])
+                trusted = torch.equal(linear(rows, w, None, packed), alone)
+            if not trusted:
+                return False  # a kernel that breaks these is not worth the doubt
             plain_ms = packed_ms = 0.0
-            for x in (torch.randn(1, 576, dtype=dtype), torch.randn(16, 576, dtype=dtype)):
-                if x.shape[0] == 1 and not torch.equal(linear(x, w, None, packed), F.linear(x, w)):
-                    return False  # a kernel that does not reproduce F.linear at one row is not worth the doubt
+            for x in (rows[:1], rows):
                 plain_ms += _time_ms(functools.partial(F.linear, x, w), 20)
                 packed_ms += _time_ms(functools.partial(linear, x, w, None, packed), 20)
     except (RuntimeError, AttributeError):  # no oneDNN kernel for this CPU / build
@@ -143,20 +156,34 @@ def packed_linear_wins(dtype: torch.dtype, device_type: str) -> bool:
     return packed_ms <= 0.9 * plain_ms
 
 
-def pack_weight(weight: torch.Tensor) -> torch.Tensor:
-    """A weight [out, in] reordered for oneDNN's matmul (a copy; see `linear`)."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+class PackedWeight:
+    """A weight [out, in] reordered for oneDNN's matmul (see `linear`): an opaque tensor, which
+    `copy.deepcopy` cannot copy. It is never edited (an edited weight gets a new one), so a deep copy of a
+    model shares it; the copy's own weights live elsewhere, and the stamps that guard each packed copy see that."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __deepcopy__(self, memo: dict) -> PackedWeight:
+        return self
+
+
+def pack_weight(weight: torch.Tensor) -> PackedWeight:
+    """A packed copy of `weight` [out, in] for `linear`."""
+    return PackedWeight(torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-           packed: torch.Tensor | None = None) -> torch.Tensor:
+           packed: PackedWeight | None = None) -> torch.Tensor:
     """x @ weight.T + bias, through the packed weight when there is one and autograd is off."""
     if packed is None or torch.is_grad_enabled():
         return F.linear(x, weight, bias)
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x, packed.tensor, bias, "none", [], "")
 
 
-def maybe_pack(weight: torch.Tensor) -> torch.Tensor | None:
+def maybe_pack(weight: torch.Tensor) -> PackedWeight | None:
     """The packed copy of `weight` where packed matmuls win for its dtype and device, else None."""
     if weight.dim() != 2 or not packed_linear_wins(weight.dtype, weight.device.type):
         return None

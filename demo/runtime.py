@@ -296,6 +296,9 @@ class Runtime:
         if item is None:
             try:
                 item = self._build(method, tli)
+                for d in (item[0], getattr(item[0], "inner", None)):
+                    if hasattr(d, "record_lsa_attention"):
+                        d.record_lsa_attention = True  # the LSA tab's maps (the benchmark skips them)
             except UserError:
                 raise
             except FileNotFoundError as err:

@@ -202,7 +202,12 @@ def test_caches_hold_exactly_the_verified_tokens(tiny, trained):
 def test_lsa_attention_extras(tiny):
     d = MoADrafter.random(tiny, seed=0, tli=1, **SMALL)
     prompt = tiny_prompts(VOCAB, n=1, length=7, seed=6)[0]
+    plain = generate(tiny, d, prompt, 8, stop_tokens=set())  # off by default: the fused attention, no maps
+    assert all("lsa_attention" not in ev.extras for ev in plain.events)
+    d.record_lsa_attention = True
     res = generate(tiny, d, prompt, 8, stop_tokens=set())
+    assert res.token_ids == plain.token_ids  # the explicit softmax and the fused attention draft alike
+    assert [ev.tree.tokens.tolist() for ev in res.events[1:]] == [ev.tree.tokens.tolist() for ev in plain.events[1:]]
     first = res.events[1].tree.extras
     assert first["lsa_attention"].shape == (7, N_LAYERS, N_LAYERS)
     assert first["lsa_tokens"].tolist() == prompt
@@ -438,6 +443,8 @@ def test_lsa_layouts(tiny):
         vec, att = d.lsa(kv, need_weights=True)
         assert vec.shape == (3, tiny.hidden_size) and att.shape == (3, N_LAYERS, N_LAYERS)
         assert torch.allclose(att.sum(-1), torch.ones(3, N_LAYERS), atol=1e-5)
+        fused, none = d.lsa(kv)  # the drafting path: fused attention, no map
+        assert none is None and torch.allclose(fused, vec, atol=1e-5)
     with pytest.raises(ValueError, match="staircase"):
         MoADrafter.random(tiny, staircase="sometimes")
 

@@ -5,11 +5,26 @@ import torch
 import torch.nn.functional as F
 
 import core.layers as layers_mod
+from core.drafters.base import Drafter
 from core.kv_cache import KVCache
 from core.layers import append_layer_kv, linear, pack_linears, pack_weight, run_layer
 from core.target import tiny_target
+from core.tree import DraftTree
+from tests.helpers import assert_greedy_lossless
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
+
+
+def _packs(dtype: torch.dtype) -> bool:
+    try:
+        pack_weight(torch.ones(8, 8, dtype=dtype))
+        return True
+    except RuntimeError:  # e.g. oneDNN's bfloat16 reorder needs AVX512 (or AVX-NE-CONVERT)
+        return False
+
+
+needs_bf16_packing = pytest.mark.skipif(not _packs(torch.bfloat16),
+                                        reason="this CPU has no oneDNN bfloat16 packed kernel")
 
 
 @pytest.fixture
@@ -22,6 +37,7 @@ def packing(monkeypatch):
     layers_mod.packed_linear_wins.cache_clear()
 
 
+@needs_bf16_packing
 def test_packed_linear_matches_f_linear_in_bfloat16():
     torch.manual_seed(0)
     w = torch.randn(96, 64, dtype=torch.bfloat16)
@@ -35,6 +51,7 @@ def test_packed_linear_matches_f_linear_in_bfloat16():
         assert linear(x3, w, None, packed).shape == (2, 3, 96)
 
 
+@needs_bf16_packing
 def test_a_bfloat16_target_gives_the_same_logits_packed_or_not(packing):
     target = tiny_target(seed=4, dtype=torch.bfloat16)
     assert target.packed_matmuls and target.describe()["packed_matmuls"]
@@ -46,6 +63,7 @@ def test_a_bfloat16_target_gives_the_same_logits_packed_or_not(packing):
     torch.testing.assert_close(packed, target.forward(ids).logits, atol=0.05, rtol=0.02)
 
 
+@needs_bf16_packing
 def test_packed_copies_follow_an_in_place_edit(packing):
     target = tiny_target(seed=4, dtype=torch.bfloat16)
     ids = torch.tensor([3, 4, 5, 6])
@@ -60,6 +78,7 @@ def test_packed_copies_follow_an_in_place_edit(packing):
     torch.testing.assert_close(after[0], ref, atol=0.25, rtol=0.05)
 
 
+@needs_bf16_packing
 def test_pack_linears_serves_inference_and_leaves_training_alone(packing):
     torch.manual_seed(1)
     lin = torch.nn.Linear(64, 32, bias=True).to(torch.bfloat16)
@@ -90,3 +109,53 @@ def test_append_layer_kv_leaves_what_run_layer_leaves():
     kv_only.commit(5)
     for a, b in zip(full.layer_view(0), kv_only.layer_view(0), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_packed_float32_rows_do_not_depend_on_their_batch():
+    """What float32 losslessness needs from the kernel: a row's numbers are the same alone or among others
+    (checked by packed_linear_wins before float32 packing is used), and close to F.linear's."""
+    torch.manual_seed(3)
+    w, b = torch.randn(96, 64), torch.randn(96)
+    packed = pack_weight(w)
+    x = torch.randn(9, 64)
+    with torch.no_grad():
+        together = linear(x, w, b, packed)
+        alone = torch.cat([linear(r[None], w, b, packed) for r in x])
+    assert torch.equal(together, alone)
+    torch.testing.assert_close(together, F.linear(x, w, b), atol=1e-4, rtol=1e-5)
+
+
+class _GreedyChain(Drafter):
+    """Drafts the target's own greedy chain of 3 (recomputed from scratch) plus a wrong sibling."""
+
+    name = "greedy-chain"
+
+    def draft(self, root):
+        ids, chain = self.context + [root], []
+        for _ in range(3):
+            chain.append(int(self.target.forward(torch.tensor(ids + chain)).logits[0, -1].argmax()))
+        return DraftTree(torch.tensor(chain + [(chain[0] + 1) % self.target.vocab_size]),
+                         torch.tensor([-1, 0, 1, -1]), torch.tensor([0.9, 0.8, 0.7, 0.1]))
+
+
+def test_a_packed_float32_target_decodes_speculatively_as_it_decodes_plainly(packing):
+    target = tiny_target(seed=4)
+    assert target.packed_matmuls and target.dtype == torch.float32
+    prompts = [[5, 9, 13, 2, 40, 7, 7, 1], [3, 3, 8, 21, 6]]
+    taus = assert_greedy_lossless(target, _GreedyChain, prompts, max_new_tokens=24, stop_tokens=set())
+    assert min(taus) > 1  # multi-row verify passes were really exercised
+
+
+def test_a_model_with_packed_copies_can_be_deep_copied(packing):
+    import copy
+
+    target = tiny_target(seed=4)
+    lin = torch.nn.Linear(64, 32)
+    pack_linears(lin)
+    ids = torch.tensor([5, 9, 13, 2])
+    before = target.forward(ids).logits
+    twin, lin_twin = copy.deepcopy(target), copy.deepcopy(lin)
+    assert torch.equal(twin.forward(ids).logits, before)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(lin_twin(x), lin(x))

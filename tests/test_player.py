@@ -173,6 +173,8 @@ def test_cost_curve_is_measured_once_per_machine(tmp_path):
     with pytest.raises(ValueError, match="sizes"):
         cost_curve.measure_cost_curve(target, sizes=(0,), cache_path=None)
     assert cost_curve.cpu_model("model name\t: Test CPU 9000\nflags: x") == "Test CPU 9000"
+    assert cost_curve.cpu_isa("flags : fpu avx2 avx512f avx512_bf16") == "avx512_bf16"
+    assert cost_curve.cpu_isa("flags : fpu sse2 avx2") == "avx2" and cost_curve.cpu_isa("") == "other"
 
 
 def test_ideal_speedup_from_a_curve():

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 
 import torch
 
-from core.layers import linear, maybe_pack
+from core.layers import PackedWeight, linear, maybe_pack
 from core.target import Target
 
 
@@ -74,7 +74,7 @@ class DraftVocab(torch.nn.Module):
         self.register_buffer("ids", torch.arange(size, dtype=torch.long) if size else torch.zeros(0, dtype=torch.long))
         self.context = context
         self._weight: torch.Tensor | None = None
-        self._packed: torch.Tensor | None = None  # the frequent rows packed for inference (core.layers.linear)
+        self._packed: PackedWeight | None = None  # the frequent rows packed for inference (core.layers.linear)
         self._frequent: set[int] | None = None
         self.clear_context()
 
@@ -101,6 +101,7 @@ class DraftVocab(torch.nn.Module):
         self._extra: list[int] = []
         self._extra_seen: set[int] = set()
         self._extra_weight: torch.Tensor | None = None
+        self._extra_packed: PackedWeight | None = None
         self._table: torch.Tensor | None = None
 
     def observe(self, token_ids) -> None:
@@ -121,6 +122,7 @@ class DraftVocab(torch.nn.Module):
         lm = self.target_ref[0].lm_head.weight
         rows = lm[torch.tensor(new, device=lm.device)].detach()
         self._extra_weight = rows if self._extra_weight is None else torch.cat([self._extra_weight, rows])
+        self._extra_packed = maybe_pack(self._extra_weight)  # a few hundred rows at most: cheap to repack
         self._table = None
 
     def table(self) -> torch.Tensor | None:
@@ -151,7 +153,9 @@ class DraftVocab(torch.nn.Module):
         packed = self._packed if h.dtype == w.dtype else None
         logits = linear(h, w.to(h.dtype), None, packed)
         if self._extra_weight is not None:
-            logits = torch.cat([logits, torch.nn.functional.linear(h, self._extra_weight.to(h.dtype))], dim=-1)
+            extra = self._extra_weight
+            packed = self._extra_packed if h.dtype == extra.dtype else None
+            logits = torch.cat([logits, linear(h, extra.to(h.dtype), None, packed)], dim=-1)
         return logits.float()
 
     def to_token_ids(self, index: torch.Tensor) -> torch.Tensor:

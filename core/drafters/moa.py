@@ -250,6 +250,9 @@ class MoADrafter(TrainedDrafter):
         check_draft_vocab_size(config.draft_vocab_size, target)
         self.vocab = DraftVocab(target, config.draft_vocab_size, config.context_vocab)
         self.record_draft_top = True  # extras["draft_top"] for the app (costs well under 1 ms a cycle)
+        # extras["lsa_attention"] (the app's LSA tab): the explicit softmax it needs is slower than the fused
+        # attention, so it is off unless asked for; demo.runtime turns it on for the app's drafters.
+        self.record_lsa_attention = False
         lcfg = layer_config(target)
         h, eps = config.hidden_size, lcfg.rms_norm_eps
         kv_width = 2 * target.kv_heads * target.head_dim
@@ -478,7 +481,8 @@ class MoADrafter(TrainedDrafter):
         cos, sin = (tcos, tsin) if tcos.dtype == self._dtype else (tcos.to(self._dtype), tsin.to(self._dtype))
         layer_kv = step.layer_kv.to(dev)
         final = step.hidden.get(self.config.n_target_layers)  # absent on a client-server client (LSA is the server's)
-        vec, att = self.lsa(layer_kv, need_weights=True, final=None if final is None else final.to(dev))
+        final = None if final is None else final.to(dev)
+        vec, att = self.lsa(layer_kv, need_weights=self.record_lsa_attention, final=final)
         if self.config.final_feature:  # [memory vector | projected final feature]: the last one feeds the stream
             h = self.config.hidden_size
             vec, self._shortcut = vec[:, :h], vec[-1:, h:][None]
@@ -500,7 +504,7 @@ class MoADrafter(TrainedDrafter):
         self.sa_cache.crop(root_at)  # the root's slot stays written; draft() counts it back in
         if n:
             self.tli_cache.crop(root_at)
-        self._lsa_attention = att.float().cpu()
+        self._lsa_attention = None if att is None else att.float().cpu()
         self._lsa_tokens = torch.tensor(step.tokens, dtype=torch.long)
         self._root_token = step.bonus
         self._verified_root = step.bonus
@@ -573,7 +577,8 @@ class MoADrafter(TrainedDrafter):
         self.sa_cache.crop(r)
         if cfg.tli:
             self.tli_cache.crop(r)
-        tree.extras.update({"lsa_attention": self._lsa_attention, "lsa_tokens": self._lsa_tokens})
+        if self._lsa_attention is not None:
+            tree.extras.update({"lsa_attention": self._lsa_attention, "lsa_tokens": self._lsa_tokens})
         return tree
 
     # ----- training ----------------------------------------------------------------------------
