@@ -159,3 +159,13 @@ def test_a_model_with_packed_copies_can_be_deep_copied(packing):
     x = torch.randn(3, 64)
     with torch.no_grad():
         torch.testing.assert_close(lin_twin(x), lin(x))
+
+
+def test_small_float32_weights_stay_on_f_linear(monkeypatch):
+    """In float32 a packed call's fixed cost outweighs its gain on small matrices (MoA's LSA encoder)."""
+    monkeypatch.delenv("SPECLENS_PACKED_LINEAR", raising=False)
+    monkeypatch.setattr(layers_mod, "packed_linear_wins", lambda dtype, device_type: True)
+    assert layers_mod.maybe_pack(torch.randn(384, 128)) is None
+    assert isinstance(layers_mod.maybe_pack(torch.randn(1536, 576)), layers_mod.PackedWeight)
+    monkeypatch.setenv("SPECLENS_PACKED_LINEAR", "1")  # forced: everything packs
+    assert isinstance(layers_mod.maybe_pack(torch.randn(384, 128)), layers_mod.PackedWeight)
