@@ -61,7 +61,7 @@ from pathlib import Path
 import torch
 
 from core.layers import linear
-from core.target import Target
+from core.target import Target, cpu_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_FILE = ROOT / "runs" / "cost_curve.json"
@@ -101,12 +101,7 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 def cpu_isa(cpuinfo: str | None = None) -> str:
     """The widest matrix instructions this CPU has (amx, avx512_bf16, avx512, avx2 or other). Part of the
     cache key: cloud CPUs share model names ("AMD EPYC") across generations with very different kernels."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    flags = set(cpuinfo.split())
+    flags = cpu_flags() if cpuinfo is None else frozenset(cpuinfo.split())
     for flag, name in (("amx_bf16", "amx"), ("avx512_bf16", "avx512_bf16"), ("avx512f", "avx512"), ("avx2", "avx2")):
         if flag in flags:
             return name

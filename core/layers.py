@@ -120,6 +120,11 @@ def _time_ms(fn, repeats: int) -> float:
     return 1000.0 * (time.perf_counter() - t0) / repeats
 
 
+def _packing_override() -> str:
+    """SPECLENS_PACKED_LINEAR: "1" packs every weight, "0" none, anything else leaves it to the timing."""
+    return os.environ.get("SPECLENS_PACKED_LINEAR", "").strip()
+
+
 @functools.cache
 def packed_linear_wins(dtype: torch.dtype, device_type: str) -> bool:
     """Whether packed oneDNN matmuls beat F.linear here: timed once per process on a 1536 x 576 weight (one
@@ -131,7 +136,7 @@ def packed_linear_wins(dtype: torch.dtype, device_type: str) -> bool:
     on how many tokens share its pass (F.linear's float32 kernels are not: one row and several take
     different paths).
     """
-    env = os.environ.get("SPECLENS_PACKED_LINEAR", "").strip()
+    env = _packing_override()
     if env in ("0", "1"):
         return env == "1" and device_type == "cpu"
     if device_type != "cpu" or dtype not in (torch.bfloat16, torch.float32) or not torch.backends.mkldnn.is_available():
@@ -193,8 +198,7 @@ def maybe_pack(weight: torch.Tensor) -> PackedWeight | None:
     """The packed copy of `weight` where packed matmuls win for its dtype, size and device, else None."""
     if weight.dim() != 2 or not packed_linear_wins(weight.dtype, weight.device.type):
         return None
-    forced = os.environ.get("SPECLENS_PACKED_LINEAR", "").strip() == "1"
-    if weight.dtype == torch.float32 and weight.numel() < FLOAT32_PACK_MIN and not forced:
+    if weight.dtype == torch.float32 and weight.numel() < FLOAT32_PACK_MIN and _packing_override() != "1":
         return None
     return pack_weight(weight)
 

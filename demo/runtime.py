@@ -296,13 +296,13 @@ class Runtime:
         if item is None:
             try:
                 item = self._build(method, tli)
-                for d in (item[0], getattr(item[0], "inner", None)):
-                    if hasattr(d, "record_lsa_attention"):
-                        d.record_lsa_attention = True  # the LSA tab's maps (the benchmark skips them)
             except UserError:
                 raise
             except FileNotFoundError as err:
                 raise UserError(str(err)) from err
+            inner = getattr(item[0], "inner", item[0])  # a "+lookup" method wraps its drafter
+            if hasattr(inner, "record_lsa_attention"):
+                inner.record_lsa_attention = True  # the LSA tab's maps (the benchmark and CLI skip them)
         try:
             yield item
         finally:

@@ -31,15 +31,16 @@ from demo.runtime import TLI_CHOICES, UNTRAINED_NOTE, Runtime, UserError, trace_
 TITLE = "Generate"
 EXPLANATION = """\
 **What you see.** Speculative decoding lets a small, cheap *drafter* guess several next tokens; the big
-*target* model then checks all guesses in **one** forward pass and keeps the longest run it agrees with,
-plus one token of its own (the *bonus* or correction token). Every kept token is the target's own greedy
-choice: in float32 the text is token for token what plain decoding writes; in bfloat16 (the fast default on
-this CPU) a multi-token pass rounds a little differently, so on a near tie the text can take another, equally
-likely, turn. Every token is coloured by how it came: **green** tokens were guessed by the drafter and
-accepted (darker = deeper in the guess), **peach** tokens the target produced itself. **tau** is the number
-of tokens gained per target pass (plain decoding: 1.0); the speedup compares tokens per second with plain
-decoding on this machine, beside the ideal speedup that tau allows here. *Compare mode* runs plain decoding
-and two methods on the same prompt and explains any difference.
+*target* model then checks all guesses in **one** forward pass and keeps the longest run it agrees with, plus
+one token of its own (the *bonus* or correction token). Every kept token is the target's own greedy choice: in
+float32 the text is token for token what plain decoding writes; in bfloat16 (what `auto` picks where the
+hardware multiplies it natively; the status line above says which one runs here) a multi-token pass rounds a
+little differently, so on a near tie the text can take another, equally likely, turn. Every token is coloured
+by how it came: **green** tokens were guessed by the drafter and accepted (darker = deeper in the guess),
+**peach** tokens the target produced itself. **tau** is the number of tokens gained per target pass (plain
+decoding: 1.0); the speedup compares tokens per second with plain decoding on this machine, beside the ideal
+speedup that tau allows here. *Compare mode* runs plain decoding and two methods on the same prompt and
+explains any difference.
 """
 EXAMPLES = [
     ["Write a Python function that returns the n-th Fibonacci number, with a docstring."],  # code

@@ -101,7 +101,6 @@ class DraftVocab(torch.nn.Module):
         self._extra: list[int] = []
         self._extra_seen: set[int] = set()
         self._extra_weight: torch.Tensor | None = None
-        self._extra_packed: PackedWeight | None = None
         self._table: torch.Tensor | None = None
 
     def observe(self, token_ids) -> None:
@@ -122,7 +121,6 @@ class DraftVocab(torch.nn.Module):
         lm = self.target_ref[0].lm_head.weight
         rows = lm[torch.tensor(new, device=lm.device)].detach()
         self._extra_weight = rows if self._extra_weight is None else torch.cat([self._extra_weight, rows])
-        self._extra_packed = maybe_pack(self._extra_weight)  # a few hundred rows at most: cheap to repack
         self._table = None
 
     def table(self) -> torch.Tensor | None:
@@ -153,9 +151,7 @@ class DraftVocab(torch.nn.Module):
         packed = self._packed if h.dtype == w.dtype else None
         logits = linear(h, w.to(h.dtype), None, packed)
         if self._extra_weight is not None:
-            extra = self._extra_weight
-            packed = self._extra_packed if h.dtype == extra.dtype else None
-            logits = torch.cat([logits, linear(h, extra.to(h.dtype), None, packed)], dim=-1)
+            logits = torch.cat([logits, torch.nn.functional.linear(h, self._extra_weight.to(h.dtype))], dim=-1)
         return logits.float()
 
     def to_token_ids(self, index: torch.Tensor) -> torch.Tensor:
