@@ -153,6 +153,7 @@ def run_benchmark(
     records: list[dict] = []
     total = len(labels) * sum(len(q["turns"]) for q in questions)
     bar = tqdm(total=total, desc="bench", unit="gen", file=sys.stderr, disable=not progress)
+    trees_at_start = {label: _tree_of(drafters[label]) for label in labels}  # auto trees calibrate as they run
     t_start = time.time()
     try:
         for qi, q in enumerate(questions):
@@ -204,6 +205,7 @@ def run_benchmark(
             "floor_ms": None if floor_ms is None else round(floor_ms, 3),
             "cost_curve": None if curve is None else {k: curve.get(k) for k in ("key", "sizes", "ms", "context")},
             "trees": {label: _tree_of(drafters[label]) for label in labels},
+            "trees_at_start": trees_at_start,
             **(meta or {}),
         },
         "categories": list(dict.fromkeys(q["category"] for q in questions)),
@@ -260,7 +262,8 @@ def _tree_of(drafter: Drafter) -> dict | None:
     else:
         return None
     return {"auto": bool(getattr(inner, "tree_auto", False)), "depth": depth, "total_tokens": size,
-            "expected_tau": choice.get("expected_tau"), "acceptance_source": choice.get("acceptance_source")}
+            "expected_tau": choice.get("expected_tau"), "acceptance_source": choice.get("acceptance_source"),
+            "calibration": choice.get("calibration")}
 
 
 # ----- building drafters from the command line ---------------------------------------------------

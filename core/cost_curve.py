@@ -46,6 +46,14 @@ Choosing a tree (`choose_tree`): the model behind `auto` trees, documented here 
   bigger pass look cheaper than a smaller one.
 * Choice: the (D, N) of the grid D = 1..8, N = D..min(64, D x top_k) with the best expected tau / cost
   (tokens/s); a dynamic tree's level never holds more than top_k nodes.
+* Calibration from decoded cycles (`CycleLedger`). Everything above is a prediction: tau from held-out
+  prompts, drafting scaled from another machine's probe. A drafter with an `auto` tree therefore keeps a
+  ledger of every cycle it decodes: the draft tokens accepted, the drafting ms and the verify ms, beside what
+  the model predicted for that cycle's tree. Every CALIBRATE_AFTER cycles it chooses again, with tau's gain
+  (tau - 1) and drafting scaled by their measured / predicted ratios and the verify pass shifted by its
+  measured - predicted offset, for every shape. It moves to another shape only when that one promises
+  CALIBRATE_MARGIN more tokens/s. The first GPU run showed why this is needed: there, drafting cost ten
+  times the scaled probe, and the trees chosen without it were far too deep (docs/RESULTS.md, "On a GPU").
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ import platform
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -418,17 +427,20 @@ def card_acceptance(metrics: dict | None) -> dict | None:
 def choose_tree(method: str, target: Target | None = None, curve: dict | None = None,
                 acceptance: dict | None = None, draft_ms_per_level: float | None = None,
                 max_depth: int = MAX_AUTO_DEPTH, max_tokens: int = MAX_AUTO_TOKENS, top_k: int | None = 8,
-                cache_path: str | Path | None = CACHE_FILE) -> dict:
+                cache_path: str | Path | None = CACHE_FILE, calibration: dict | None = None) -> dict:
     """The dynamic tree (depth, total_tokens) with the best expected tokens/s on this machine.
 
     method: a method label of assets/results/summary.json ("eagle2", "moa", "moa-tli1", ...).
     curve: this machine's cost curve (default: curve_for(target)). acceptance: method_acceptance's dict
     (default: read for `method`). draft_ms_per_level: drafting cost of one tree level (default: from the
     summary, scaled to this machine; 4% of a 1-token pass when unknown). top_k: the dynamic tree's frontier
-    width, so a level holds at most top_k nodes (N <= D x top_k); None: no cap.
+    width, so a level holds at most top_k nodes (N <= D x top_k); None: no cap. calibration: measured /
+    predicted {"tau", "draft"} ratios and "verify_ms" offset from decoded cycles (CycleLedger.ratios), None:
+    the model alone.
     Returns {"method", "depth", "total_tokens", "expected_tau", "expected_tokens_per_s", "cycle_ms",
-    "draft_ms_per_level", "acceptance", "acceptance_source", "curve" (as measured), "grid": [{depth,
-    total_tokens, tau, ms, tokens_per_s}, ...], "model"}; depth/total_tokens are None when there is no
+    "draft_ms_per_level", "acceptance", "acceptance_source", "curve" (as measured), "calibration", "grid":
+    [{depth, total_tokens, tau, ms, tokens_per_s, tau_model, draft_model, pass_model}, ...] (tau and ms
+    calibrated, the *_model fields as predicted), "model"}; depth/total_tokens are None when there is no
     acceptance to go by. Medusa / Amphista (static trees) are sized by
     core.drafters.static_tree.static_tree_choice (same keys).
     """
@@ -457,10 +469,12 @@ def choose_tree(method: str, target: Target | None = None, curve: dict | None = 
     out = {"method": method, "depth": None, "total_tokens": None, "expected_tau": 1.0,
            "expected_tokens_per_s": 1000.0 / one, "cycle_ms": one, "draft_ms_per_level": round(draft_ms_per_level, 3),
            "acceptance": acc["p"] if acc else [], "acceptance_source": acc["source"] if acc else None,
-           "curve": raw, "grid": [], "model": "core.cost_curve module docstring, 'Choosing a tree'"}
+           "curve": raw, "calibration": calibration, "grid": [],
+           "model": "core.cost_curve module docstring, 'Choosing a tree'"}
     if not acc:
         return out
     rates = conditional_rates(acc["p"])
+    cal = calibration or {}
     best = None
     for depth in range(1, max_depth + 1):
         for n in range(depth, min(max_tokens, depth * top_k if top_k else max_tokens) + 1):
@@ -471,16 +485,148 @@ def choose_tree(method: str, target: Target | None = None, curve: dict | None = 
             else:
                 tau = expected_tau(rates, depth, n, acc["ref_depth"], acc["ref_total"])
                 drafting = depth * draft_ms_per_level
-            ms = pass_ms(curve, 1.0 + n) + drafting
+            one_pass = pass_ms(curve, 1.0 + n)
+            out["grid"].append(calibrated_row(depth, n, tau, drafting, one_pass, cal))
+            tau, ms = scaled(tau, drafting, one_pass, cal)
             tps = 1000.0 * tau / ms
-            out["grid"].append({"depth": depth, "total_tokens": n, "tau": round(tau, 4), "ms": round(ms, 3),
-                                "tokens_per_s": round(tps, 3)})
             if best is None or tps > best[0] + 1e-9:
                 best = (tps, depth, n, tau, ms)
     tps, depth, n, tau, ms = best
     out.update(depth=depth, total_tokens=n, expected_tau=round(tau, 4), expected_tokens_per_s=round(tps, 3),
                cycle_ms=round(ms, 3))
     return out
+
+
+# ----- calibration from decoded cycles (module docstring, last point) -----------------------------
+CALIBRATE_AFTER = 16  # decoded cycles between two choices
+CALIBRATE_MARGIN = 0.03  # another shape must promise 3% more tokens/s: about the noise of one benchmark
+RATIO_RANGE = (0.1, 20.0)  # beyond it the ledger is broken, not the model (a GPU measured drafting at 10x)
+PRIOR_CYCLES = 16  # the model counts as this many cycles that met it exactly: one odd prompt moves a ratio halfway
+
+
+def calibrated_row(depth: int, n: int, tau: float, draft_ms: float, pass_ms_: float, cal: dict) -> dict:
+    """One shape of a tree choice's grid: the model's tau / drafting / pass, and those calibrated by `cal`
+    (`scaled`: tau's gain over plain decoding, tau - 1, and drafting scale; the verify pass gets an offset)."""
+    tau_c, ms = scaled(tau, draft_ms, pass_ms_, cal)
+    return {"depth": depth, "total_tokens": n, "tau": round(tau_c, 4), "ms": round(ms, 3),
+            "tokens_per_s": round(1000.0 * tau_c / ms, 3), "tau_model": round(tau, 4),
+            "draft_model": round(draft_ms, 3), "pass_model": round(pass_ms_, 3)}
+
+
+def scaled(tau: float, draft_ms: float, pass_ms_: float, cal: dict) -> tuple[float, float]:
+    """(tau, cycle ms) of one shape under `cal`: tau's gain and drafting scaled by their ratios, the verify
+    pass shifted by its offset; without a calibration exactly the model's."""
+    if not cal:
+        return tau, pass_ms_ + draft_ms
+    return (1.0 + cal.get("tau", 1.0) * (tau - 1.0),
+            pass_ms_ + cal.get("verify_ms", 0.0) + cal.get("draft", 1.0) * draft_ms)
+
+
+@dataclass
+class CycleLedger:
+    """Decoded cycles of one drafter against the cost model's prediction for each cycle's tree: sums of draft
+    tokens accepted, drafting ms and verify ms, measured and predicted."""
+
+    cycles: int = 0
+    since_choice: int = 0
+    accepted: float = 0.0
+    accepted_model: float = 0.0
+    draft_ms: float = 0.0
+    draft_model: float = 0.0
+    verify_ms: float = 0.0
+    verify_model: float = 0.0
+
+    def add(self, row: dict, accepted: int, draft_ms: float, verify_ms: float) -> None:
+        """One cycle decoded with the tree of grid row `row` (calibrated_row's keys)."""
+        self.cycles += 1
+        self.since_choice += 1
+        self.accepted += accepted
+        self.accepted_model += row["tau_model"] - 1.0
+        self.draft_ms += draft_ms
+        self.draft_model += row["draft_model"]
+        self.verify_ms += verify_ms
+        self.verify_model += row["pass_model"]
+
+    def ratios(self) -> dict | None:
+        """{"tau", "draft"}: measured / predicted, shrunk towards 1 by PRIOR_CYCLES and clipped to RATIO_RANGE;
+        "verify_ms": measured - predicted verify ms per cycle, shrunk towards 0 the same way; "cycles".
+        None before CALIBRATE_AFTER cycles.
+
+        The verify pass gets an offset, not a ratio: what the curve leaves out (verification, cache
+        bookkeeping, the decode loop; on a GPU the launches around the pass) costs about the same at any tree
+        size. On a 2-core CPU the measured verify step was 10-12 ms above the curve at 1, 3, 5 and 7 tokens
+        alike, and a ratio fitted at 2 tokens made every larger tree look too dear."""
+        if self.cycles < CALIBRATE_AFTER:
+            return None
+        lo, hi = RATIO_RANGE
+
+        def ratio(measured: float, model: float) -> float:  # shrunk towards 1 by PRIOR_CYCLES of the model
+            if model <= 0:
+                return 1.0
+            r = (measured + PRIOR_CYCLES * model / self.cycles) / (model + PRIOR_CYCLES * model / self.cycles)
+            return round(min(hi, max(lo, r)), 4)
+
+        offset = (self.verify_ms - self.verify_model) / (self.cycles + PRIOR_CYCLES)
+        return {"tau": ratio(self.accepted, self.accepted_model), "draft": ratio(self.draft_ms, self.draft_model),
+                "verify_ms": round(offset, 3), "cycles": self.cycles}
+
+    def due(self) -> bool:
+        return self.since_choice >= CALIBRATE_AFTER
+
+
+def grid_row(choice: dict | None, depth: int | None, total_tokens: int) -> dict | None:
+    """The row of `choice`'s grid for a tree of this shape (depth None: any depth), or None."""
+    for row in (choice or {}).get("grid") or ():
+        if row["total_tokens"] == total_tokens and (depth is None or row["depth"] == depth) and "tau_model" in row:
+            return row
+    return None
+
+
+def keep_or_move(current: dict, candidate: dict, match_depth: bool = True) -> dict:
+    """After calibration: `candidate` (a new choice) unless its best shape promises less than CALIBRATE_MARGIN
+    more tokens/s than the current shape does under the same calibration; then `candidate` re-pointed at the
+    current shape, so the app and the summary show the calibrated figures of the tree that runs. match_depth
+    False: a static tree, whose grid rows are keyed by size alone."""
+    row = grid_row(candidate, current.get("depth") if match_depth else None, current.get("total_tokens"))
+    if row is None or candidate.get("expected_tokens_per_s") is None:
+        return candidate
+    if candidate["expected_tokens_per_s"] > row["tokens_per_s"] * (1.0 + CALIBRATE_MARGIN):
+        return candidate
+    return {**candidate, "depth": current["depth"], "total_tokens": current["total_tokens"],
+            "expected_tau": row["tau"], "expected_tokens_per_s": row["tokens_per_s"], "cycle_ms": row["ms"]}
+
+
+def calibration_enabled(target: Target) -> bool:
+    """Calibrate from timings only where the curve is timed too: never on the tiny test target or with the
+    fixed cost model (SPECLENS_COST_MODEL=fixed), nor with SPECLENS_CALIBRATE=0."""
+    if os.environ.get("SPECLENS_CALIBRATE", "1") == "0":
+        return False
+    return not (is_tiny(target) or os.environ.get("SPECLENS_COST_MODEL", "").lower() == "fixed")
+
+
+def calibrate_dynamic_tree(drafter, event) -> None:
+    """Book one decoded cycle (a core.decoding.StepEvent) of an `auto` dynamic tree against its predicted
+    figures, and every CALIBRATE_AFTER cycles choose the tree again from measured / predicted ratios
+    (module docstring, "Calibration from decoded cycles"; trained.resolve_auto_tree opened the ledger).
+    Nothing for a fixed tree or a tiny target. TrainedDrafter.observe calls it."""
+    choice, ledger = getattr(drafter, "tree_choice", None), getattr(drafter, "tree_ledger", None)
+    if ledger is None or not choice or choice.get("depth") is None or not getattr(drafter, "tree_auto", False):
+        return
+    row = grid_row(choice, drafter.config.depth, drafter.config.total_tokens)
+    if row is None or not len(event.tree):
+        return
+    ledger.add(row, len(event.accepted), 1000.0 * event.draft_time, 1000.0 * event.verify_time)
+    ratios = ledger.ratios() if ledger.due() else None
+    if ratios is None:
+        return
+    ledger.since_choice = 0
+    new = choose_tree(choice["method"], curve=choice["curve"], acceptance=drafter.tree_acceptance_used,
+                      top_k=int(drafter.config.top_k), calibration=ratios)
+    if new["depth"] is None:
+        return
+    new = keep_or_move(choice, new)
+    drafter.config.depth, drafter.config.total_tokens = int(new["depth"]), int(new["total_tokens"])
+    drafter.tree_choice = new
 
 
 def monotone(curve: dict) -> dict:

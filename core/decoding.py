@@ -196,6 +196,7 @@ def generate_stream(
 
     root = first
     step = 0
+    observe = getattr(drafter, "observe", None)  # Drafter.observe; duck-typed drafters may lack it
     while True:
         step += 1
         past = cache.length  # position of the root
@@ -232,6 +233,8 @@ def generate_stream(
         n_out += len(new)
         event = StepEvent(step, new, accepted, bonus, (t1 - t0) + (t3 - t2), t2 - t1, tree, past,
                           extras=tree.extras)
+        if observe is not None:
+            observe(event)  # an auto tree calibrates itself from measured cycles
         if record:
             _record(event, logits, sampling)
         for h in hooks:

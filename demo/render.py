@@ -601,17 +601,21 @@ def cost_curve_figure(curve: dict | None, tree_size: float | None = None) -> go.
     return fig
 
 
-def tree_choice_figure(here: dict | None, gpu: dict | None = None) -> go.Figure:
+def tree_choice_figure(here: dict | None, gpu: dict | None = None, first: dict | None = None) -> go.Figure:
     """Expected speedup over plain decoding of every tree shape on this machine (core.cost_curve.choose_tree's
     grid: a depth x nodes heatmap for dynamic trees, a line for a static tree), with the shape `auto` picks here
-    and the one it would pick under the GPU cost model."""
+    and the one it would pick under the GPU cost model. When `here` is calibrated from decoded cycles, `first`
+    is the model's choice before calibration, marked too."""
     if not here or not here.get("grid"):
         return message_figure("No measured acceptance for this method: its checkpoint's tree is kept.")
     one = pass_ms(monotone(here["curve"]), 1.0)
     speed = {(r["depth"], r["total_tokens"]): r["tokens_per_s"] * one / 1000.0 for r in here["grid"]}
     depths = sorted({d for d, _ in speed})
     nodes = sorted({n for _, n in speed})
-    marks = [(here, "auto here", BONUS_ORANGE, "star")]
+    cal = here.get("calibration")
+    marks = [(here, "auto here, calibrated" if cal else "auto here", BONUS_ORANGE, "star")]
+    if first and first.get("depth") and cal:
+        marks.append((first, "auto's first guess (the model alone)", "#888", "x"))
     if gpu and gpu.get("depth"):
         marks.append((gpu, "auto under the GPU cost model", "#444", "circle-open"))
     if len(depths) > 1:
@@ -628,17 +632,23 @@ def tree_choice_figure(here: dict | None, gpu: dict | None = None) -> go.Figure:
         for choice, name, color, symbol in marks:
             rows = sorted(choice["grid"], key=lambda r: r["total_tokens"])
             y_of = {r["total_tokens"]: r["tokens_per_s"] * one / 1000.0 for r in rows}
-            line = "this machine" if choice is here else "GPU cost model"
+            line = ("this machine" if choice is here else "the model alone" if choice is first
+                    else "GPU cost model")
             fig.add_trace(go.Scatter(x=list(y_of), y=list(y_of.values()), mode="lines", name=line,
                                      line={"color": ROOT_BLUE if choice is here else "#888",
-                                           "dash": "solid" if choice is here else "dot"},
+                                           "dash": "solid" if choice is here else "dash" if choice is first
+                                           else "dot"},
                                      hovertemplate="%{x} nodes: %{y:.2f}x<extra></extra>"))
             fig.add_trace(go.Scatter(x=[choice["total_tokens"]], y=[y_of.get(choice["total_tokens"])],
                                      mode="markers", name=name, marker={"symbol": symbol, "size": 14, "color": color}))
         fig.update_yaxes(title="expected speedup", rangemode="tozero")
     src = here.get("acceptance_source") or ""
     src = src.rsplit("(", 1)[-1].rstrip(")") if src.endswith(")") else src  # "tau measured for every tree shape"
-    fig.update_layout(title=f"{here['method']}: expected speedup of each tree shape here ({src})",
+    title = f"{here['method']}: expected speedup of each tree shape here ({src})"
+    if cal:
+        title += (f"<br><sub>calibrated from {cal.get('cycles')} decoded cycles: measured / predicted tau gain "
+                  f"x{cal['tau']:.2f}, drafting x{cal['draft']:.2f}, verify step {cal['verify_ms']:+.1f} ms</sub>")
+    fig.update_layout(title=title,
                       xaxis={"title": "nodes in the tree"}, height=360,
                       margin={"l": 50, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.25})
     return fig

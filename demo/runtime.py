@@ -309,6 +309,18 @@ class Runtime:
             with self._pool_lock:
                 self._pool[key].append(item)
 
+    def calibrated_choice(self, method: str, tli: int | None = None) -> dict | None:
+        """The tree choice of a drafter this app has already run, once it has calibrated itself from measured
+        cycles (core.cost_curve.CycleLedger); None before that, and for methods without an auto tree."""
+        key = (method, tli if method == "moa" else None)
+        with self._pool_lock:
+            items = list(self._pool.get(key, []))
+        for drafter, _ in items:
+            choice = getattr(getattr(drafter, "inner", drafter), "tree_choice", None)
+            if choice and choice.get("calibration"):
+                return choice
+        return None
+
     def note_for(self, method: str, tli: int | None = None) -> str:
         """The drafter note without building anything (for labels before a run)."""
         if method in ("ar", "pld"):

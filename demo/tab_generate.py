@@ -85,14 +85,17 @@ def note_html(runtime: Runtime, method: str, tli: int | None, note: str | None =
     return f'<div class="stat-note">{html.escape(text)}</div>'
 
 
-def choice_figure(curve: dict | None, method: str, tli: int | None):
-    """The expected speedup of every tree shape for `method` on this machine and under the GPU cost model."""
+def choice_figure(curve: dict | None, method: str, tli: int | None, calibrated: dict | None = None):
+    """The expected speedup of every tree shape for `method` on this machine and under the GPU cost model;
+    with `calibrated` (the running drafter's choice after measured cycles), that belief and the first guess."""
     if not curve:
         return message_figure("The cost curve is measured once the target has loaded.")
     if method in ("ar", "pld"):
         return message_figure(f"{method} drafts no tree: pick a drafter to see which tree pays here.")
     label = f"moa-tli{int(tli)}" if method == "moa" and tli else method
-    return tree_choice_figure(auto_tree_choice(label, curve), auto_tree_choice(label, gpu_curve(curve)))
+    first = auto_tree_choice(label, curve)
+    return tree_choice_figure(calibrated or first, auto_tree_choice(label, gpu_curve(curve)),
+                              first=first if calibrated else None)
 
 
 def plain_speed(session: dict, runtime: Runtime) -> tuple[float | None, str]:
@@ -316,13 +319,13 @@ def build(ctx: AppContext) -> None:
         runs = [r for r in last_runs(session) if not r.get("example")]
         size = runs[-1]["stats"].get("mean_drafted") if runs else None
         curve = runtime.measure_cost_curve() if runtime.loaded else runtime.cost_curve
-        return cost_curve_figure(curve, size), choice_figure(curve, m, n)
+        return cost_curve_figure(curve, size), choice_figure(curve, m, n, runtime.calibrated_choice(m, n))
 
     curve_box.expand(friendly(on_curve), [ctx.session, method, tli], [curve_plot, choice_plot],
                      api_visibility="private")
 
     def on_method_choice(m, n):  # an open panel follows the method picker (nothing is measured here)
-        return choice_figure(runtime.cost_curve, m, n)
+        return choice_figure(runtime.cost_curve, m, n, runtime.calibrated_choice(m, n))
 
     for picker in (method, tli):
         picker.change(friendly(on_method_choice), [method, tli], [choice_plot], api_visibility="private")

@@ -75,6 +75,10 @@ class Drafter:
     def accept(self, step: Verified) -> None:
         self.context.extend(step.tokens)
 
+    def observe(self, event) -> None:
+        """One decoded cycle with its timings (a core.decoding.StepEvent), after `accept`: drafters with an
+        `auto` tree calibrate it from these (core.cost_curve.CycleLedger); the rest ignore it."""
+
     def check_target(self, target: Target) -> None:
         """Raise if this drafter was built for another target (trained drafters override)."""
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from core import cost_curve
 from core.drafters.base import Drafter
 from core.layers import pack_linears
 from core.target import Target
@@ -179,6 +180,10 @@ class TrainedDrafter(torch.nn.Module, Drafter):
     def accept(self, step) -> None:
         super().accept(step)
         self._observe(list(step.tokens) + [step.bonus])
+
+    def observe(self, event) -> None:
+        """A dynamic `auto` tree (EAGLE-2, MoA) calibrates itself from decoded cycles; static trees override."""
+        cost_curve.calibrate_dynamic_tree(self, event)
 
     def observe_batch(self, batch_tokens: torch.Tensor) -> None:
         """Training: a batch's own (distinct) tokens stand in for the conversation, a superset of what

@@ -244,16 +244,17 @@ def build_draft_tree(paths: Sequence[Path], topk_tokens: torch.Tensor, topk_prob
 
 
 def static_tree_choice(method: str, curve: dict, tree_accuracy: list[list[float]] | None = None,
-                       draft_ms: float | None = None) -> dict:
+                       draft_ms: float | None = None, calibration: dict | None = None) -> dict:
     """The static (Medusa / Amphista) tree size with the best expected tokens/s under `curve`, from the
     per-rank accuracies of the shipped checkpoint (assets/drafters/<method>/config.json) unless given; the
     heads draft once per cycle whatever the tree, so drafting is a fixed cost per cycle (the benchmark
-    summary's draft_ms_per_cycle, scaled to this machine, unless given). Same keys as choose_tree."""
+    summary's draft_ms_per_cycle, scaled to this machine, unless given). calibration: measured / predicted
+    ratios from decoded cycles (core.cost_curve.CycleLedger). Same keys as choose_tree."""
     raw, curve = curve, cost_curve.monotone(curve)
     one = cost_curve.pass_ms(curve, 1.0)
     out = {"method": method, "depth": None, "total_tokens": None, "expected_tau": 1.0,
            "expected_tokens_per_s": 1000.0 / one, "cycle_ms": one, "draft_ms_per_level": None, "acceptance": [],
-           "acceptance_source": None, "curve": raw, "grid": [],
+           "acceptance_source": None, "curve": raw, "calibration": calibration, "grid": [],
            "model": "core.drafters.static_tree module docstring (best_tree / size_table)"}
     if tree_accuracy is None:
         try:
@@ -275,15 +276,21 @@ def static_tree_choice(method: str, curve: dict, tree_accuracy: list[list[float]
         if measured and measured.get("draft_ms") and measured.get("verify_ms_1"):
             draft_ms = measured["draft_ms"] * one / measured["verify_ms_1"]
     depth = min(heads, len(tree_accuracy))
-    table = size_table(tree_accuracy, depth, cost_curve.MAX_AUTO_TOKENS, cost_curve.curve_pass_table(curve), draft_ms)
-    best = max(table[1:], key=lambda r: (r["speedup"], -r["total_tokens"]))
+    passes = cost_curve.curve_pass_table(curve)
+    table = size_table(tree_accuracy, depth, cost_curve.MAX_AUTO_TOKENS, passes, draft_ms)
+    cal = calibration or {}
+    rows = [cost_curve.calibrated_row(depth, r["total_tokens"], r["tau"], draft_ms if r["total_tokens"] else 0.0,
+                                      pass_time(1 + r["total_tokens"], passes), cal) for r in table]
+    if cal:
+        best = max(rows[1:], key=lambda r: (r["tokens_per_s"], -r["total_tokens"]))
+        best_tau, best_ms = best["tau"], best["ms"]
+    else:  # exactly the model's figures
+        best = max(table[1:], key=lambda r: (r["speedup"], -r["total_tokens"]))
+        best_tau, best_ms = best["tau"], best["ms"]
     paths = best_tree(tree_accuracy, best["total_tokens"], depth)
-    out.update(depth=max(len(p) for p in paths), total_tokens=len(paths), expected_tau=round(best["tau"], 4),
-               expected_tokens_per_s=round(1000.0 * best["tau"] / best["ms"], 3), cycle_ms=round(best["ms"], 3),
-               draft_ms_per_level=round(draft_ms, 3),
-               grid=[{"depth": depth, "total_tokens": r["total_tokens"], "tau": round(r["tau"], 4),
-                      "ms": round(r["ms"], 3), "tokens_per_s": round(1000.0 * r["tau"] / r["ms"], 3)}
-                     for r in table])
+    out.update(depth=max(len(p) for p in paths), total_tokens=len(paths), expected_tau=round(best_tau, 4),
+               expected_tokens_per_s=round(1000.0 * best_tau / best_ms, 3), cycle_ms=round(best_ms, 3),
+               draft_ms_per_level=round(draft_ms, 3), grid=rows)
     return out
 
 
@@ -347,7 +354,33 @@ class StaticTreeMixin:
         choice["acceptance_source"] = "checkpoint tree_accuracy (per-rank, per head)"
         self._set_paths(best_tree(acc, choice["total_tokens"], min(self.config.num_heads, len(acc))))
         self.tree_choice = choice
+        self.tree_ledger = cost_curve.CycleLedger() if cost_curve.calibration_enabled(target) else None
         return self.tree_choice
+
+    def observe(self, event) -> None:
+        """Book one decoded cycle of an `auto` tree against its predicted figures; every CALIBRATE_AFTER cycles
+        size the tree again from measured / predicted ratios (core.cost_curve, "Calibration from decoded
+        cycles")."""
+        choice, ledger = getattr(self, "tree_choice", None), getattr(self, "tree_ledger", None)
+        if ledger is None or not choice or choice.get("total_tokens") is None or not self.tree_auto:
+            return
+        row = cost_curve.grid_row(choice, None, len(self.tree_paths))
+        if row is None or not len(event.tree):
+            return
+        ledger.add(row, len(event.accepted), 1000.0 * event.draft_time, 1000.0 * event.verify_time)
+        ratios = ledger.ratios() if ledger.due() else None
+        if ratios is None:
+            return
+        ledger.since_choice = 0
+        acc = self.rank_accuracy()
+        new = static_tree_choice(self.name, choice["curve"], acc, calibration=ratios)
+        if new["total_tokens"] is None:
+            return
+        new["acceptance_source"] = choice.get("acceptance_source")
+        new = cost_curve.keep_or_move(choice, new, match_depth=False)
+        if new["total_tokens"] != len(self.tree_paths):
+            self._set_paths(best_tree(acc, new["total_tokens"], min(self.config.num_heads, len(acc))))
+        self.tree_choice = new
 
     def set_options(self, **opts) -> None:
         """Tree options: `tree_paths` (explicit paths), or `tree_size` / `tree_depth` (rebuilt from the

@@ -209,6 +209,8 @@ def resolve_auto_tree(drafter: TrainedDrafter, target: Target) -> dict | None:
         drafter.config.depth = int(choice["depth"])
         drafter.config.total_tokens = int(choice["total_tokens"])
     drafter.tree_choice = choice
+    drafter.tree_acceptance_used = acc
+    drafter.tree_ledger = cost_curve.CycleLedger() if cost_curve.calibration_enabled(target) else None
     return choice
 
 
