@@ -573,6 +573,17 @@ class CycleLedger:
     def due(self) -> bool:
         return self.since_choice >= CALIBRATE_AFTER
 
+    def book(self, row: dict | None, event) -> dict | None:
+        """Add one decoded cycle (a core.decoding.StepEvent) of the tree in grid row `row`; the ratios when a
+        new choice is due, else None (also for a cycle without a tree or a shape the grid lacks)."""
+        if row is None or not len(event.tree):
+            return None
+        self.add(row, len(event.accepted), 1000.0 * event.draft_time, 1000.0 * event.verify_time)
+        ratios = self.ratios() if self.due() else None
+        if ratios is not None:
+            self.since_choice = 0
+        return ratios
+
 
 def grid_row(choice: dict | None, depth: int | None, total_tokens: int) -> dict | None:
     """The row of `choice`'s grid for a tree of this shape (depth None: any depth), or None."""
@@ -612,14 +623,9 @@ def calibrate_dynamic_tree(drafter, event) -> None:
     choice, ledger = getattr(drafter, "tree_choice", None), getattr(drafter, "tree_ledger", None)
     if ledger is None or not choice or choice.get("depth") is None or not getattr(drafter, "tree_auto", False):
         return
-    row = grid_row(choice, drafter.config.depth, drafter.config.total_tokens)
-    if row is None or not len(event.tree):
-        return
-    ledger.add(row, len(event.accepted), 1000.0 * event.draft_time, 1000.0 * event.verify_time)
-    ratios = ledger.ratios() if ledger.due() else None
+    ratios = ledger.book(grid_row(choice, drafter.config.depth, drafter.config.total_tokens), event)
     if ratios is None:
         return
-    ledger.since_choice = 0
     new = choose_tree(choice["method"], curve=choice["curve"], acceptance=drafter.tree_acceptance_used,
                       top_k=int(drafter.config.top_k), calibration=ratios)
     if new["depth"] is None:

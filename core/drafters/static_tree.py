@@ -364,14 +364,9 @@ class StaticTreeMixin:
         choice, ledger = getattr(self, "tree_choice", None), getattr(self, "tree_ledger", None)
         if ledger is None or not choice or choice.get("total_tokens") is None or not self.tree_auto:
             return
-        row = cost_curve.grid_row(choice, None, len(self.tree_paths))
-        if row is None or not len(event.tree):
-            return
-        ledger.add(row, len(event.accepted), 1000.0 * event.draft_time, 1000.0 * event.verify_time)
-        ratios = ledger.ratios() if ledger.due() else None
+        ratios = ledger.book(cost_curve.grid_row(choice, None, len(self.tree_paths)), event)
         if ratios is None:
             return
-        ledger.since_choice = 0
         acc = self.rank_accuracy()
         new = static_tree_choice(self.name, choice["curve"], acc, calibration=ratios)
         if new["total_tokens"] is None:
