@@ -75,7 +75,7 @@ def test_random_properties_against_brute_force(depth, top_k, total):
         return torch.log_softmax(torch.randn(vocab, generator=g) * 2.5, dim=-1)
 
     fake = FakeDrafter(dist)
-    tree = build_dynamic_tree(dist(()), fake, depth=depth, top_k=top_k, total_tokens=total)
+    tree = build_dynamic_tree(dist(()), fake, depth=depth, top_k=top_k, total_tokens=total, prune=False)
 
     # every candidate the algorithm could have produced: the root's top_k plus each expanded node's top_k
     cands = {}
@@ -112,6 +112,28 @@ def test_random_properties_against_brute_force(depth, top_k, total):
             seen = [fake.slot_paths[s] for s, ok in enumerate(row) if ok]
             assert sorted(seen) == sorted(path[:i] for i in range(1, len(path) + 1))
     assert len(fake.batches) == depth - 1
+
+
+@pytest.mark.parametrize("depth,top_k,total", [(2, 8, 6), (2, 8, 4), (2, 8, 1), (3, 4, 5), (3, 8, 3), (5, 8, 24),
+                                               (4, 3, 10), (6, 8, 32)])
+def test_pruned_last_level_gives_the_same_tree(depth, top_k, total):
+    for seed in range(20):
+        def dist(path, seed=seed):
+            g = torch.Generator().manual_seed(hash((seed,) + path) % (2**31))
+            return torch.log_softmax(torch.randn(12, generator=g) * (0.5 + seed % 4), dim=-1)
+
+        full, pruned = FakeDrafter(dist), FakeDrafter(dist)
+        a = build_dynamic_tree(dist(()), full, depth=depth, top_k=top_k, total_tokens=total, prune=False)
+        b = build_dynamic_tree(dist(()), pruned, depth=depth, top_k=top_k, total_tokens=total)
+        assert tree_paths(a) == tree_paths(b)
+        assert torch.equal(a.parents, b.parents) and torch.equal(a.draft_probs, b.draft_probs)
+        # only the last level is cut, to the nodes that can have a kept child
+        before_last = sum(len(x.tokens) for x in full.batches[:-1])
+        assert pruned.slot_paths[:before_last] == full.slot_paths[:before_last]
+        last = max(0, total - (depth - 1))
+        expected_rows = min(top_k, last)
+        got_rows = len(pruned.batches[-1].tokens) if len(pruned.batches) == depth - 1 else 0
+        assert got_rows == expected_rows
 
 
 def test_ties_parents_win():

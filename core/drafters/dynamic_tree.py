@@ -8,6 +8,7 @@ confidence, measured as the cumulative log-probability of a node's path:
                top_k tokens -> top_k * top_k candidates; the best top_k of them become the
                next frontier
     finally:   rerank every candidate of every level and keep the best total_tokens
+               (so the last level expands only the frontier nodes that can have a kept child)
 
 A child's score is its parent's score plus a log-probability (<= 0), so it never
 beats its parent; ties are broken by depth, so parents always rank first and the
@@ -73,6 +74,7 @@ def build_dynamic_tree(
     total_tokens: int = DEFAULT_TOTAL_TOKENS,
     token_ids: torch.Tensor | None = None,
     record_top: bool = False,
+    prune: bool = True,
 ) -> DraftTree:
     """Grow an EAGLE-2 dynamic tree from the drafter's log-probs at the root.
 
@@ -84,6 +86,9 @@ def build_dynamic_tree(
     token_ids: [V'] long, the token id of each log-prob index (None: index = token id).
     record_top: also return, in extras["draft_top"], one list per tree row [root, nodes...] of the
         drafter's DRAFT_TOP most likely [token_id, prob] pairs there (empty for rows never expanded).
+    prune: at the last level, expand only the frontier nodes that can have a kept child (the same tree,
+        fewer drafter rows: a 6-node tree of depth 2 expands 5 nodes instead of top_k); False expands the
+        whole frontier, as EAGLE-2's reference code does.
     Returns a DraftTree with parents before children, draft_probs = the drafter's probability
     of each token at its parent, q = None (tokens are chosen deterministically).
     """
@@ -124,6 +129,14 @@ def build_dynamic_tree(
     top_lp, top_tok = top_lp[:k], top_tok[:k]
     frontier = add(ids(top_tok).tolist(), top_lp.double().tolist(), -1, 0.0, 1)
     for level in range(2, depth + 1):
+        if prune and level == depth:
+            # The last expansion. Whatever ranks above a parent ranks above its children, so keeping a child
+            # of the frontier's i-th node (best first) needs the i - 1 better frontier nodes, the parent's
+            # level - 2 ancestors, the parent and itself: i + level - 1 <= total_tokens. Nodes past that would be run
+            # for children the rerank always drops; skipping them leaves the tree exactly as it was.
+            frontier = frontier[:max(0, total_tokens - (level - 1))]
+            if not frontier:
+                break
         first = len(slot_rows)
         for c in frontier:
             par = parents[c]
