@@ -7,7 +7,9 @@ tested node that was not accepted is a rejection. (With sampled trees, siblings
 after an accepted one count as tested too: the definition is the same for
 every method.) Aggregates: acceptance by token kind, by depth, and by the
 drafter's own probability (a calibration curve: a drafter that knows when it
-is wrong has acceptance close to its probability in every bin).
+is wrong has acceptance close to its probability in every bin), and where the token the target emitted
+sat in the drafter's own top-10 at each depth (a guess the tree had no room for, or one the drafter did
+not have at all).
 
     python -m analysis.failures --traces runs/bench/traces/moa.jsonl.gz [--out failures.json]
 
@@ -216,6 +218,38 @@ def acceptance_by_depth(nodes: Iterable[dict]) -> dict[int, dict]:
     return _rates({k: counts[k] for k in sorted(counts)})
 
 
+def target_rank_by_depth(traces: Iterable[dict], max_rank: int = 10) -> dict[int, dict]:
+    """Where the target's token sat in the drafter's own ranking, by depth along the path it took.
+
+    For each cycle and each depth d the target reached through the tree (the root's children at d = 1; at
+    d > 1 the accepted node at d - 1, when the drafter expanded it), the drafter's top-`max_rank` list at
+    that position (event extras "draft_top", a row per [root, nodes...]) gives the rank of the token the
+    target emitted there. depth -> {"positions", "rank_shares": [share at rank 1..max_rank],
+    "missed": share outside the list}. A token at rank 2-8 that was still rejected was a guess the tree
+    had no room for; one outside the list was a guess the drafter did not have.
+    Traces without draft_top rows give {}.
+    """
+    counts: dict[int, list[int]] = {}
+    for tr in traces:
+        for ev in tr["events"]:
+            table = (ev.get("extras") or {}).get("draft_top")
+            tokens = ev["tree"]["tokens"]
+            if not isinstance(table, list) or len(table) != len(tokens) + 1:
+                continue
+            emitted = [int(tokens[a]) for a in ev["accepted"]] + [int(ev["bonus"])]
+            rows = [-1] + list(ev["accepted"])  # the row that predicted emitted[d - 1]
+            for d, (row, tok) in enumerate(zip(rows, emitted), start=1):
+                top = _top_list(table[row + 1])
+                if not top:
+                    break
+                c = counts.setdefault(d, [0] * (max_rank + 2))  # positions, ranks 1..max_rank, missed
+                c[0] += 1
+                rank = next((i for i, (t, _p) in enumerate(top[:max_rank], start=1) if t == tok), None)
+                c[rank if rank is not None else max_rank + 1] += 1
+    return {d: {"positions": c[0], "rank_shares": [x / c[0] for x in c[1:max_rank + 1]],
+                "missed": c[max_rank + 1] / c[0]} for d, c in sorted(counts.items())}
+
+
 def calibration(nodes: Iterable[dict], bins: int = 10) -> list[dict]:
     """Equal-width bins of the drafter's probability: the mean probability vs the acceptance rate in each.
 
@@ -253,6 +287,7 @@ def confusions(records: Iterable[dict], top: int = 20) -> list[dict]:
 def analyze(traces: Iterable[dict], decode: Callable[[list[int]], str] | None = None, bins: int = 10) -> dict:
     """All aggregates over several traces (the CLI's output)."""
     nodes, rejected = [], []
+    traces = list(traces)
     for tr in traces:
         nodes.extend(tested_nodes(tr, decode))
         rejected.extend(rejections(tr, decode))
@@ -262,6 +297,7 @@ def analyze(traces: Iterable[dict], decode: Callable[[list[int]], str] | None = 
     return {
         "tested": len(nodes), "accepted": sum(bool(n["accepted"]) for n in nodes), "rejected": len(rejected),
         "by_kind": acceptance_by_kind(nodes), "by_depth": acceptance_by_depth(nodes),
+        "target_rank_by_depth": target_rank_by_depth(traces),
         "calibration": calib, "calibration_error": calibration_error(calib),
         "rejected_by_kind": dict(Counter(r["kind"] for r in rejected).most_common()),
         "mean_target_entropy_at_rejections": sum(ent) / len(ent) if ent else None,
@@ -353,6 +389,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['rejected']} rejected")
     _print_table("acceptance by token kind", result["by_kind"])
     _print_table("acceptance by depth (per tested node)", result["by_depth"])
+    if result["target_rank_by_depth"]:
+        print("\nthe target's token in the drafter's own ranking, by depth (share at rank 1, 2, 3, 4-10, outside)")
+        for d, r in result["target_rank_by_depth"].items():
+            sh = r["rank_shares"]
+            print(f"  depth {d}  positions {r['positions']:>6}  rank 1 {sh[0]:.3f}  2 {sh[1]:.3f}  3 {sh[2]:.3f}  "
+                  f"4-10 {sum(sh[3:]):.3f}  outside {r['missed']:.3f}")
     print("\ncalibration (drafter probability bin -> acceptance)")
     for b in result["calibration"]:
         if b["count"]:

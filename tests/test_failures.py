@@ -146,3 +146,19 @@ def test_cli(tmp_path, capsys):
     assert "acceptance by token kind" in printed and "word_piece" in printed
     saved = json.loads((tmp_path / "f.json").read_text())
     assert saved["rejected"] == 4 and len(saved["rejections"]) == 4
+
+
+def test_target_rank_by_depth():
+    trace = make_trace()
+    # step 1: the target took ' the' (the drafter's rank 1 at the root), then '\n', not in node 0's list
+    ranks = failures.target_rank_by_depth([trace])
+    assert ranks == {1: {"positions": 1, "rank_shares": [1.0] + [0.0] * 9, "missed": 0.0},
+                     2: {"positions": 1, "rank_shares": [0.0] * 10, "missed": 1.0}}
+    # step 2 with the drafter's root list: the target's ' a' is its second guess; no deeper row was expanded
+    trace["events"][2]["extras"] = {"draft_top": [top((21, 0.6), (30, 0.3)), [], []]}
+    ranks = failures.target_rank_by_depth([trace])
+    assert ranks[1] == {"positions": 2, "rank_shares": [0.5, 0.5] + [0.0] * 8, "missed": 0.0}
+    assert ranks[2]["positions"] == 1
+    assert failures.analyze([trace], decode)["target_rank_by_depth"] == ranks
+    del trace["events"][1]["extras"]["draft_top"], trace["events"][2]["extras"]
+    assert failures.target_rank_by_depth([trace]) == {}
