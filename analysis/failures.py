@@ -335,6 +335,39 @@ def acceptance_bar(by_kind_or_depth: dict, title: str) -> go.Figure:
     return fig
 
 
+RANK_GROUPS = (("its first guess", 0, 1, "#2ca02c"), ("its 2nd-3rd", 1, 3, "#98df8a"),
+               ("its 4th-10th", 3, 10, "#ffbb78"))
+
+
+def rank_figure(by_method: dict[str, dict[int, dict]], max_depth: int = 2) -> go.Figure:
+    """Stacked bars, one per method and depth (up to `max_depth`), from `target_rank_by_depth` per method:
+    the share of cycles where the target's token was the drafter's first guess, its 2nd-3rd, its 4th-10th,
+    or not in its top 10 at all."""
+    methods, depths, rows = [], [], []
+    for method, ranks in by_method.items():
+        for d, r in ranks.items():
+            if d <= max_depth:
+                methods.append(method)
+                depths.append(f"depth {d}")
+                rows.append(r)
+    x = [methods, depths]  # a two-level axis: methods, and their depths under each
+    fig = go.Figure()
+    for name, lo, hi, color in RANK_GROUPS:
+        fig.add_bar(x=x, y=[sum(r["rank_shares"][lo:hi]) for r in rows], name=name, marker_color=color,
+                    customdata=[r["positions"] for r in rows],
+                    hovertemplate="%{y:.2f} of %{customdata} cycles<extra>" + name + "</extra>")
+    fig.add_bar(x=x, y=[r["missed"] for r in rows], name="not in its top 10", marker_color="#d62728",
+                customdata=[r["positions"] for r in rows],
+                hovertemplate="%{y:.2f} of %{customdata} cycles<extra>not in its top 10</extra>")
+    fig.update_layout(barmode="stack", title="The target's token among the drafter's guesses",
+                      yaxis_title="share of cycles", yaxis_range=[0, 1], legend_traceorder="normal",
+                      legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0))
+    if not rows:
+        fig.add_annotation(text="These traces carry no drafter top-10 lists.", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig
+
+
 def topk_comparison_figure(record: dict, decode: Callable[[list[int]], str]) -> go.Figure:
     """The drafter's and the target's top-10 at one rejection, side by side (drafter side empty if unknown)."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("drafter top-10", "target top-10"), horizontal_spacing=0.15)

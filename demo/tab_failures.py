@@ -25,9 +25,11 @@ EXPLANATION = """\
 instead. Filter them by draft depth (deeper guesses fail more often, since they build on earlier guesses)
 and by the kind of token (words, punctuation, numbers, code...). The bar charts show how often each kind
 and each depth is accepted; the *calibration curve* asks whether the drafter's confidence means something:
-when it says 80 %, is the token accepted about 80 % of the time? Pick a rejection (click a row) to see the
-drafter's and the target's ten most likely tokens side by side. Source: your last generation in this
-session, or the committed benchmark traces.
+when it says 80 %, is the token accepted about 80 % of the time? The stacked bars beside it show, for each
+method and depth, where the target's token sat among the drafter's own guesses: a token at its 2nd-10th guess
+was one a bigger tree could have caught; one outside its top 10 was never on the table. Pick a rejection
+(click a row) to see the drafter's and the target's ten most likely tokens side by side. Source: your last
+generation in this session, or the committed benchmark traces.
 """
 TRACES_DIR = RESULTS / "traces"
 COPYING_JSON = RESULTS / "copying.json"  # written by `python -m analysis.copying --out ...`
@@ -127,19 +129,23 @@ def analyse(traces: Sequence[dict], decode: Callable | None, fm: ModuleType = fa
     if not traces:
         msg = "No traces to analyse."
         return {"records": [], "summary": msg, "by_kind": message_figure(msg), "by_depth": message_figure(""),
-                "calibration": message_figure("")}
+                "calibration": message_figure(""), "ranks": message_figure("")}
     records, nodes = gather(traces, decode, fm)
     if nodes:
         by_kind = fm.acceptance_bar(fm.acceptance_by_kind(nodes), "Acceptance rate by token kind")
         by_depth = fm.acceptance_bar(fm.acceptance_by_depth(nodes), "Acceptance rate by draft depth")
         calib = fm.calibration_figure(fm.calibration(nodes, bins=10))
+        by_method: dict[str, list[dict]] = {}
+        for trace in traces:
+            by_method.setdefault(str(trace.get("method") or "?"), []).append(trace)
+        ranks = fm.rank_figure({m: fm.target_rank_by_depth(ts) for m, ts in by_method.items()})
     else:
         by_kind = message_figure("Nothing was drafted in these traces (plain decoding drafts nothing).")
-        by_depth = calib = message_figure("")
+        by_depth = calib = ranks = message_figure("")
     summary = (f"{len(traces)} trace(s): {len(nodes)} drafted tokens were tested by the target, "
                f"{len(records)} of them rejected.")
     return {"records": records, "summary": summary, "by_kind": by_kind, "by_depth": by_depth,
-            "calibration": calib}
+            "calibration": calib, "ranks": ranks}
 
 
 def topk_view(records: Sequence[dict], index, decode: Callable | None, fm: ModuleType = failures):
@@ -193,7 +199,9 @@ def build(ctx: AppContext) -> None:
         with gr.Row():
             by_kind = gr.Plot(show_label=False, elem_id="fail-kind")
             by_depth = gr.Plot(show_label=False, elem_id="fail-depth")
-        calib = gr.Plot(show_label=False, elem_id="fail-calibration")
+        with gr.Row():
+            calib = gr.Plot(show_label=False, elem_id="fail-calibration")
+            ranks = gr.Plot(show_label=False, elem_id="fail-ranks")
     with gr.Accordion("Copying: drafts versus a context lookup (committed benchmark)", open=False):
         copy_text, copy_fig = copying_view()
         gr.Markdown(copy_text, elem_id="fail-copying")
@@ -201,7 +209,7 @@ def build(ctx: AppContext) -> None:
 
     def nothing(msg: str):
         return ([], msg, gr.update(visible=False), records_table([]), gr.update(), gr.update(), None, None, None,
-                None, gr.update(value=None), gr.update(value=None))
+                None, None, gr.update(value=None), gr.update(value=None))
 
     @friendly
     def on_analyse(src, d, k, session, progress=gr.Progress()):
@@ -230,10 +238,11 @@ def build(ctx: AppContext) -> None:
         top = topk_view(recs, first, trace_decoder(traces[recs[first]["trace"]], fallback) if shown else fallback)
         return (recs, f"{res['summary']} Showing {len(shown)} after the filters.", gr.update(visible=True),
                 records_table(shown), gr.update(choices=depths, value=d), gr.update(choices=kinds, value=k),
-                res["by_kind"], res["by_depth"], res["calibration"], top, gr.update(value=path),
+                res["by_kind"], res["by_depth"], res["calibration"], res["ranks"], top, gr.update(value=path),
                 gr.update(value=first))
 
-    outputs = [records_state, summary, results, table, depth, kind, by_kind, by_depth, calib, topk, download, pick]
+    outputs = [records_state, summary, results, table, depth, kind, by_kind, by_depth, calib, ranks, topk, download,
+               pick]
     go_btn.click(on_analyse, [source, depth, kind, ctx.session], outputs, api_visibility="private")
 
     @friendly

@@ -414,6 +414,8 @@ def fake_failures_module():
     m.acceptance_bar = lambda data, title: figure(title)
     m.topk_comparison_figure = lambda record, decode: figure(f"top-k {record['draft_text']} vs "
                                                              f"{record['target_text']}")
+    m.target_rank_by_depth = lambda traces: {1: {"positions": len(traces)}}
+    m.rank_figure = lambda by_method: figure(f"ranks {sorted(by_method)} {list(by_method.values())}")
     return m
 
 
@@ -430,6 +432,7 @@ def test_failures_analysis_filters_and_topk(tmp_path):
     assert "10 drafted tokens" in res["summary"] and "6 of them rejected" in res["summary"]
     assert res["by_kind"].layout.title.text == "Acceptance rate by token kind"
     assert res["calibration"].layout.title.text == "calibration n=10"
+    assert res["ranks"].layout.title.text == "ranks ['moa'] [{1: {'positions': 2}}]"  # one group per method
     deep = tab_failures.filter_records(recs, "3", tab_failures.ALL)
     assert len(deep) == 2 and all(r["depth"] == 3 for r in deep)
     punct = tab_failures.filter_records(recs, tab_failures.ALL, "punct")
@@ -599,7 +602,7 @@ def test_failures_tab_with_the_real_analysis_module():
     recs = res["records"]
     assert [(r["step"], r["depth"], r["draft_text"]) for r in recs] == [(1, 3, " dear"), (1, 1, "!"), (2, 1, "\n")]
     assert recs[0]["target_text"] == " friend"
-    assert all(isinstance(f, go.Figure) for f in (res["by_kind"], res["by_depth"], res["calibration"]))
+    assert all(isinstance(f, go.Figure) for f in (res["by_kind"], res["by_depth"], res["calibration"], res["ranks"]))
     kinds = [str(x) for x in res["by_kind"].data[0].x]
     assert "None" not in kinds  # token kinds were labelled with the decoder
     assert isinstance(tab_failures.topk_view(recs, 0, decode, fm), go.Figure)

@@ -162,3 +162,15 @@ def test_target_rank_by_depth():
     assert failures.analyze([trace], decode)["target_rank_by_depth"] == ranks
     del trace["events"][1]["extras"]["draft_top"], trace["events"][2]["extras"]
     assert failures.target_rank_by_depth([trace]) == {}
+
+
+def test_rank_figure_stacks_to_one_per_method_and_depth():
+    trace = make_trace()
+    by_method = {"moa": failures.target_rank_by_depth([trace]), "none": {}}
+    fig = failures.rank_figure(by_method)
+    assert [bar.name for bar in fig.data] == [g[0] for g in failures.RANK_GROUPS] + ["not in its top 10"]
+    assert [list(level) for level in fig.data[0].x] == [["moa", "moa"], ["depth 1", "depth 2"]]
+    totals = [sum(bar.y[i] for bar in fig.data) for i in range(2)]
+    assert totals == pytest.approx([1.0, 1.0])
+    assert fig.data[0].y[0] == 1.0 and fig.data[-1].y[1] == 1.0  # first guess at depth 1; outside at depth 2
+    assert "no drafter top-10" in failures.rank_figure({}).layout.annotations[0].text
