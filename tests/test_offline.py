@@ -180,3 +180,20 @@ def test_cli_rejects_a_bad_confidence(capsys):
     assert main(["--method", "moa", "--prompt", "hi", "--target", "tiny", "--offline-min-confidence", "1.5"]) != 0
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--offline-min-confidence" in err and "1.5" in err
+
+
+@pytest.mark.real
+def test_real_target_online_roots_predict_what_training_computes():
+    """scripts/check_moa_roots.py on committed answers: at each online cycle's root, the shipped drafter's online
+    top-1 is the token its training forward pass predicts there (all but bfloat16 near-ties)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("check_moa_roots", root / "scripts" / "check_moa_roots.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    r = mod.compare("moa", root / "assets" / "results", limit=2)
+    assert r["answers"] == 2 and r["cycles"] >= 20
+    assert r["same_top1"] >= 0.85
+    assert abs(r["teacher_forced"] - r["online"]) <= 0.1
