@@ -109,7 +109,9 @@ def _top_list(row) -> list[list] | None:
     return [[int(t), float(p)] for t, p in row]
 
 
-def _draft_top(ev: dict, node: int, parent: int) -> list[list] | None:
+def _draft_top(ev: dict, node: int | None, parent: int) -> list[list] | None:
+    """The drafter's top list at the position after `parent` (-1: the root), where `node` (None: the position
+    past the tree, e.g. the bonus token's) is drafted; None where the event does not carry it."""
     table = (ev.get("extras") or {}).get("draft_top")
     if table is None:
         return None
@@ -118,7 +120,7 @@ def _draft_top(ev: dict, node: int, parent: int) -> list[list] | None:
     n = len(ev["tree"]["tokens"])
     if len(table) == n + 1:
         return _top_list(table[parent + 1])
-    if len(table) == n:
+    if len(table) == n and node is not None:
         return _top_list(table[node])
     return None
 
@@ -232,14 +234,12 @@ def target_rank_by_depth(traces: Iterable[dict], max_rank: int = 10) -> dict[int
     counts: dict[int, list[int]] = {}
     for tr in traces:
         for ev in tr["events"]:
-            table = (ev.get("extras") or {}).get("draft_top")
             tokens = ev["tree"]["tokens"]
-            if not isinstance(table, list) or len(table) != len(tokens) + 1:
-                continue
-            emitted = [int(tokens[a]) for a in ev["accepted"]] + [int(ev["bonus"])]
-            rows = [-1] + list(ev["accepted"])  # the row that predicted emitted[d - 1]
-            for d, (row, tok) in enumerate(zip(rows, emitted), start=1):
-                top = _top_list(table[row + 1])
+            path = list(ev["accepted"])
+            emitted = [int(tokens[a]) for a in path] + [int(ev["bonus"])]
+            # at depth d the target emitted emitted[d - 1], after parent path[d - 2] (the root at d = 1)
+            for d, tok in enumerate(emitted, start=1):
+                top = _draft_top(ev, path[d - 1] if d <= len(path) else None, path[d - 2] if d > 1 else -1)
                 if not top:
                     break
                 c = counts.setdefault(d, [0] * (max_rank + 2))  # positions, ranks 1..max_rank, missed

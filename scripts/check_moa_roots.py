@@ -15,18 +15,18 @@ rejected guess, so roots are harder positions than average.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from analysis.traces import read_traces  # noqa: E402  (after the path insert, like the other scripts)
+
 
 def load_traces(folder: Path, method: str) -> dict[tuple, dict]:
-    with gzip.open(folder / "traces" / f"{method}.jsonl.gz", "rt", encoding="utf-8") as f:
-        return {(t["question_id"], t["turn"]): t for t in map(json.loads, f)}
+    """(question_id, turn) -> the benchmark's trace of that answer."""
+    return {(t["question_id"], t["turn"]): t for t in read_traces(folder / "traces" / f"{method}.jsonl.gz")}
 
 
 def compare(method: str, folder: Path, limit: int | None = None) -> dict:
@@ -36,16 +36,13 @@ def compare(method: str, folder: Path, limit: int | None = None) -> dict:
     every answer position."""
     import torch
 
+    from analysis.bench import load_questions
     from core.client_server.models import make_drafter, make_target
     from core.training.data import target_batch
 
     target = make_target("smollm2", "bfloat16")
     drafter, _ = make_drafter("moa", target, str(ROOT / "assets" / "drafters" / method), {})
-    questions = {}
-    for line in (ROOT / "assets" / "prompts" / "speclens_eval.jsonl").read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            q = json.loads(line)
-            questions[q["question_id"]] = q
+    questions = {q["question_id"]: q for q in load_questions(ROOT / "assets" / "prompts" / "speclens_eval.jsonl")}
     plain, drafted = load_traces(folder, "ar"), load_traces(folder, method)
     keys = [k for k, t in drafted.items() if k[1] == 0 and k in plain and t["token_ids"] == plain[k]["token_ids"]]
     counts = {"cycles": 0, "teacher_forced": 0, "online": 0, "same_top1": 0, "positions": 0, "right": 0}
