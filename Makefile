@@ -271,7 +271,34 @@ moa-phase17: setup
 		--autocast on --eval-every 300 --eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters \
 		$(MOA_PHASE15_HYPER) --hyper moa.sa_drop=0.5"
 
-.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-phase14 moa-phase14b moa-phase15 moa-phase16 moa-phase17 moa-ablation
+# Phase 18 (docs/TRAINING.md): MoA N=0 from random weights, on its own. Phases 11-17 continued a drafter whose SA
+# started as the target's first layer; its outputs vary by about 47 per channel and drown cross-attention (about 4)
+# whatever the training did. Here SA, CA and the head start random (init_from_target=false, the reference code's
+# start), with the reference's full-width LSA and staircase curriculum, plus the additions that paid before (the
+# final feature, at gain 1: the gain of 32 matched a stream a random SA does not write; a 16-position CA window),
+# and without the MLP after CA (a third of a drafting level's weights; the reference has none). Resumable: rerun
+# the same line.
+MOA_PHASE18_HYPER := --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper ce_weight=1.0 \
+	--hyper moa.init_from_target=false --hyper moa.lsa_full_width=true --hyper moa.lsa_heads=6 \
+	--hyper moa.lsa_mlp_ratio=2 --hyper moa.staircase=random --hyper moa.staircase_until=0.5 \
+	--hyper moa.ca_window=16 --hyper moa.ca_mlp=false --hyper moa.final_feature=true \
+	--hyper moa.final_feature_gain=1
+moa-phase18: setup
+	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=$(or $(PHASE18_MIN),100) \
+		BATCH_TOKENS=1024 LR=1e-3 SEED=19 RUN=runs/moa-scratch TRAIN_ARGS="--warmup 100 --dtype bfloat16 \
+		--autocast on --eval-every 500 --eval-tokens 4096 --final-eval-tokens 16384 $(MOA_PHASE18_HYPER)"
+
+# Phase 18b: phase 18 continued (its held-out loss was still falling fast), the staircase over (progress counts
+# phase 18's steps), the learning rate re-warmed to 6e-4.
+runs/moa-scratch-init/moa:
+	mkdir -p runs/moa-scratch-init && ln -sfn ../moa-scratch/final runs/moa-scratch-init/moa
+moa-phase18b: setup runs/moa-scratch-init/moa
+	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=$(or $(PHASE18B_MIN),95) \
+		BATCH_TOKENS=1024 LR=6e-4 SEED=20 RUN=runs/moa-scratch2 TRAIN_ARGS="--warmup 50 --dtype bfloat16 \
+		--autocast on --eval-every 500 --eval-tokens 4096 --final-eval-tokens 16384 \
+		--init-from runs/moa-scratch-init $(MOA_PHASE18_HYPER)"
+
+.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-phase14 moa-phase14b moa-phase15 moa-phase16 moa-phase17 moa-phase18 moa-phase18b moa-ablation
 moa-phase11: setup
 	$(MAKE) train DRAFTERS=moa,moa-narrow DATA=assets/distill_v5/distill.npz STEPS=1050 BATCH_TOKENS=1024 LR=5e-4 \
 		SEED=11 RUN=runs/moa-wide TRAIN_ARGS="--warmup 50 --dtype bfloat16 --autocast on --eval-every 350 \

@@ -21,6 +21,7 @@ trained drafter random, `--drafter moa=random` or `--drafter moa=PATH` sets one,
 `--drafter-dir DIR` looks for DIR/<method> first.
 
     python -m analysis.bench --readme-table runs/bench/summary.json   # markdown table for the README
+    python -m analysis.bench --resummarize runs/bench   # summary.json again from traces/ (current metrics)
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ def run_benchmark(
             "max_new_tokens": max_new_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
             "questions": len(questions), "methods": labels, "baseline": BASELINE,
             "record": record, "warmup": warmup, "started": t_start, "seconds": round(time.time() - t_start, 1),
-            "floor_ms": None if floor_ms is None else round(floor_ms, 3),
+            "floor_ms": None if floor_ms is None else round(floor_ms, 6),
             "cost_curve": None if curve is None else {k: curve.get(k) for k in ("key", "sizes", "ms", "context")},
             "trees": {label: _tree_of(drafters[label]) for label in labels},
             "trees_at_start": trees_at_start,
@@ -224,6 +225,44 @@ def run_benchmark(
     return summary
 
 
+def resummarize(folder: str | Path) -> dict:
+    """Recompute a finished run's summary.json (per-method figures, table, definitions) from its
+    traces/ with the current analysis.metrics, so that a changed definition applies to a committed run
+    without decoding again: the timings are the ones measured then, the machine's floor and cost curve
+    the ones stored in its config. Rewrites summary.json and report.html; returns the new summary."""
+    from analysis.traces import read_traces
+
+    folder = Path(folder)
+    with open(folder / "summary.json", encoding="utf-8") as f:
+        summary = json.load(f)
+    cfg = summary.get("config", {})
+    labels = list(cfg.get("methods") or summary.get("methods", {}))
+    turns: dict[tuple[str, object], list[dict]] = {}
+    for label in labels:
+        path = folder / "traces" / f"{label}.jsonl.gz"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no traces for {label!r} (the run was made with --no-record)")
+        for tr in read_traces(path):
+            turns.setdefault((label, tr["question_id"]), []).append(tr)
+    records = []
+    for (label, qid), trs in turns.items():
+        trs.sort(key=lambda t: t["turn"])
+        records.append({"method": label, "question_id": qid, "category": trs[0]["category"],
+                        "turn_stats": [metrics.turn_stats(t) for t in trs],
+                        "token_ids": [list(t["token_ids"]) for t in trs]})
+    per_method = metrics.summarize(records, baseline=BASELINE, curve=cfg.get("cost_curve"),
+                                   floor_ms=cfg.get("floor_ms"))
+    summary["methods"] = {label: per_method[label] for label in labels if label in per_method}
+    summary["table"] = metrics.flat_rows(summary["methods"])
+    summary["definitions"] = metrics.DEFINITIONS
+    with open(folder / "summary.json", "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+    from analysis.report import write_report
+
+    write_report(summary, folder / "report.html")
+    return summary
+
+
 def floor_table(summary: dict) -> str:
     """Markdown: per method the floor, the verify pass against it, the ideal speedup and the share of it
     reached, and drafting against the verify pass (analysis.metrics' definitions)."""
@@ -231,8 +270,8 @@ def floor_table(summary: dict) -> str:
     floor = cfg.get("floor_ms")
     lines = [f"bare-matmul floor on this machine: {floor} ms (one token through every weight matrix)"
              if floor is not None else "bare-matmul floor: not measured",
-             "", "| method | tree | verify ms | x floor | draft ms | draft / verify | ideal speedup | speedup | "
-                 "share of ideal |", "|---|---|---|---|---|---|---|---|---|"]
+             "", "| method | tree | verify ms | x floor | draft ms | draft / verify | ideal speedup | "
+                 "decoding speedup | share of ideal | speedup |", "|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(x, fmt="{:.2f}"):
         return "-" if x is None else fmt.format(x)
@@ -244,7 +283,7 @@ def floor_table(summary: dict) -> str:
         ideal = o.get("ideal_speedup")
         lines.append(f"| {method} | {shape} | {f(o.get('verify_ms_per_cycle'))} | {f(o.get('verify_over_floor'))} | "
                      f"{f(o.get('draft_ms_per_cycle'))} | {f(o.get('draft_share'), '{:.0%}')} | {f(ideal)} | "
-                     f"{f(o.get('speedup'))} | {f(o.get('share_of_ideal'), '{:.0%}')} |")
+                     f"{f(o.get('decode_speedup'))} | {f(o.get('share_of_ideal'), '{:.0%}')} | {f(o.get('speedup'))} |")
     return "\n".join(lines)
 
 
@@ -363,8 +402,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", help="output folder")
     p.add_argument("--readme-table", metavar="SUMMARY_JSON", default=None,
                    help="print a markdown table of an existing summary.json and exit")
+    p.add_argument("--resummarize", metavar="FOLDER", default=None,
+                   help="recompute FOLDER/summary.json from its traces with the current metrics, print its "
+                        "tables and exit (no decoding)")
     args = p.parse_args(argv)
-    if args.readme_table is None and (not args.questions or not args.out):
+    if args.readme_table is None and args.resummarize is None and (not args.questions or not args.out):
         p.error("--questions and --out are required")
     return args
 
@@ -394,6 +436,19 @@ def check_args(args: argparse.Namespace, labels: Sequence[str], specs: Mapping[s
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.resummarize:
+        from analysis.report import readme_table
+
+        try:
+            summary = resummarize(args.resummarize)
+        except (OSError, json.JSONDecodeError, KeyError) as err:
+            print(f"error: --resummarize {args.resummarize}: {getattr(err, 'strerror', None) or err}",
+                  file=sys.stderr)
+            return 2
+        print(readme_table(summary))
+        print()
+        print(floor_table(summary))
+        return 0
     if args.readme_table:
         from analysis.report import readme_table
 

@@ -21,12 +21,18 @@ Definitions (the same everywhere in the project):
 * speedup = tokens/s of the method / tokens/s of `ar` over the same questions
   in the same run.
 * per-cycle times exclude the prefill (a cycle = one draft + one verify pass).
-* ideal speedup = tau x t(1-token pass) / t(verify pass), with t(1-token pass)
-  = `ar`'s verify time per cycle and t(verify pass) = the method's: the speedup
-  a drafter that costs nothing would reach with this tau.
-* `share_of_ideal` = speedup / ideal_speedup: how much of what this tau could give the method keeps once
-  drafting is paid (both passes timed in the same run, so the app, the report and the README agree).
-* With this machine's cost curve (core.cost_curve) also `ideal_speedup_curve` = tau x t(1) / t(1 + mean
+* decoding phase: the cycles only. Each turn's prefill and the token it gives are left out; they are the
+  same work for every method. `decode_tau` = tokens from cycles / cycles, and `decode_speedup` = tokens/s
+  over the cycles / `ar`'s over its cycles.
+* ideal speedup = decode_tau x t(1-token pass) / t(verify pass), with t(1-token pass) = `ar`'s verify time
+  per cycle and t(verify pass) = the method's: the decoding phase's speedup if drafting cost nothing.
+* `share_of_ideal` = decode_speedup / ideal_speedup: how much of what this tau could give the method keeps
+  once drafting is paid. Both are taken over the decoding phase, and both passes are timed in the same run,
+  so the app, the report and the README agree. It equals verify / (draft + verify) per cycle, up to the
+  decode loop's own time. The prefill stays out of both because it costs several one-token passes: counted
+  as one pass in the ideal and in full in the speedup, it would charge every method for work that is not
+  drafting.
+* With this machine's cost curve (core.cost_curve) also `ideal_speedup_curve` = decode_tau x t(1) / t(1 + mean
   tree nodes), both from the curve (bare target passes, no verification bookkeeping): the same limit
   from separately timed passes, for comparison.
 * `draft_share` = draft ms / verify ms per cycle; `floor_ms` = the bare-matmul floor (one token through
@@ -53,12 +59,14 @@ DEFINITIONS = {
     "acceptance_by_position": "index i-1: cycles that accepted >= i draft tokens / cycles whose tree reached depth i",
     "tokens_per_s": "all new tokens / all generation time (draft + verify, prefill included)",
     "speedup": "tokens_per_s / tokens_per_s of ar on the same questions in the same run",
-    "ideal_speedup": "tau x ar verify_ms_per_cycle / this method's verify_ms_per_cycle",
+    "decode_tau": "tokens from cycles / cycles (each turn's prefill and its token left out)",
+    "decode_speedup": "tokens/s over the cycles / ar's tokens/s over its cycles (prefill left out)",
+    "ideal_speedup": "decode_tau x ar verify_ms_per_cycle / this method's verify_ms_per_cycle",
     "identical_to_ar": "fraction of questions whose token ids (every turn) equal ar's",
     "per_cycle": "a cycle = one draft + one verify pass; the prefill is not a cycle",
-    "ideal_speedup_curve": "tau x t(1-token pass) / t(pass of 1 + mean_tree_nodes tokens), both from this "
+    "ideal_speedup_curve": "decode_tau x t(1-token pass) / t(pass of 1 + mean_tree_nodes tokens), both from this "
                            "machine's cost curve (core.cost_curve)",
-    "share_of_ideal": "speedup / ideal_speedup (both from this run)",
+    "share_of_ideal": "decode_speedup / ideal_speedup (both over the decoding phase of this run)",
     "draft_share": "draft_ms_per_cycle / verify_ms_per_cycle",
     "floor_ms": "bare matmuls of one token through every weight matrix of the target (no attention, no Python "
                 "between them): the memory floor of one decoding step on this machine",
@@ -182,6 +190,17 @@ def _per_cycle_ms(total: float, cycles: int) -> float | None:
     return 1000.0 * total / cycles if cycles else None
 
 
+def _decode_tau(stats: dict) -> float:
+    """Tokens per cycle: each turn's prefill gives exactly one token, which is left out."""
+    return (stats["new_tokens"] - stats["turns"]) / stats["cycles"] if stats["cycles"] else 0.0
+
+
+def _decode_tps(stats: dict) -> float:
+    """Tokens/s over the cycles only (the prefill's time and token left out)."""
+    wall = stats["wall_time"] - stats["prefill_time"]
+    return (stats["new_tokens"] - stats["turns"]) / wall if wall > 0 else 0.0
+
+
 def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
 
@@ -193,6 +212,7 @@ def finalize(stats: dict, ar: dict | None = None, identical: float | None = None
     tps = stats["new_tokens"] / stats["wall_time"] if stats["wall_time"] > 0 else 0.0
     qtps = stats["question_tps"]
     t = tau(stats["new_tokens"], stats["steps"])
+    dtau = _decode_tau(stats)
     verify_ms = _per_cycle_ms(stats["verify_time"], stats["cycles"])
     out = {
         "questions": questions if questions is not None else len(qtps),
@@ -210,20 +230,22 @@ def finalize(stats: dict, ar: dict | None = None, identical: float | None = None
         "draft_ms_per_cycle": _r(_per_cycle_ms(stats["draft_time"], stats["cycles"]), 3),
         "verify_ms_per_cycle": _r(verify_ms, 3),
         "prefill_ms_per_turn": _r(1000.0 * stats["prefill_time"] / stats["turns"], 3) if stats["turns"] else None,
+        "decode_tau": _r(dtau),
         "speedup": None,
+        "decode_speedup": None,
         "ideal_speedup": None,
+        "share_of_ideal": None,
         "identical_to_ar": _r(identical),
     }
     if ar is not None:
         ar_tps = ar["new_tokens"] / ar["wall_time"] if ar["wall_time"] > 0 else 0.0
         out["speedup"] = _r(speedup(tps, ar_tps))
-        out["ideal_speedup"] = _r(ideal_speedup(t, _per_cycle_ms(ar["verify_time"], ar["cycles"]), verify_ms))
+        dspd = speedup(_decode_tps(stats), _decode_tps(ar))
+        ideal = ideal_speedup(dtau, _per_cycle_ms(ar["verify_time"], ar["cycles"]), verify_ms)
+        out["decode_speedup"], out["ideal_speedup"] = _r(dspd), _r(ideal)
+        out["share_of_ideal"] = _r(share(dspd, ideal))
     nodes = stats["tree_nodes"] / stats["cycles"] if stats["cycles"] else None
-    ideal_curve = ideal_speedup_from_curve(t, curve, nodes)
-    spd = speedup(tps, ar_tps) if ar is not None else None
-    out["ideal_speedup_curve"] = _r(ideal_curve)
-    out["share_of_ideal"] = _r(share(spd, ideal_speedup(t, _per_cycle_ms(ar["verify_time"], ar["cycles"]),
-                                                        verify_ms) if ar is not None else None))
+    out["ideal_speedup_curve"] = _r(ideal_speedup_from_curve(dtau, curve, nodes))
     out["draft_share"] = _r(share(_per_cycle_ms(stats["draft_time"], stats["cycles"]), verify_ms))
     out["floor_ms"] = _r(floor_ms, 3)
     out["verify_over_floor"] = _r(share(verify_ms, floor_ms), 3)

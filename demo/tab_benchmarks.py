@@ -3,8 +3,8 @@
 Top to bottom: the headline chart (speedup against tau per method, with the ideal-speedup line and plain
 decoding), one compact table, a tau heatmap by method and category, the TLI and copying figures, and a closed
 section with the run's config, command and a download of summary.json. Every number is read from the summary
-that analysis.bench wrote (tau, tokens/s, speedup and ideal speedup come from analysis.metrics.finalize); only
-"share of ideal" (speedup / ideal speedup) is computed here.
+that analysis.bench wrote (tau, tokens/s, speedup, ideal speedup and share of ideal come from
+analysis.metrics.finalize); summaries older than the share's field get it computed here.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ EXPLANATION = """\
 one machine. **tau** = tokens per target pass; **speedup** = tokens/s over plain decoding's, same run. A point on
 the dashed line would be a drafter that costs nothing *and* a verify pass as cheap as a one-token pass (the GPU
 cost model); hollow markers are the ideal for each method's tau on the benchmark machine, where a verify pass
-of {tree} tokens costs more. The gap from a filled to a hollow marker is drafting overhead.
+of {tree} tokens costs more. The gap from a filled to a hollow marker is drafting overhead, plus the prefill that
+every method pays alike (the table's share of ideal leaves the prefill out).
 """
 SUMMARY = RESULTS / "summary.json"
 TLI_JSON = RESULTS / "tli" / "tli.json"
@@ -58,6 +59,10 @@ def overall(summary: dict) -> dict[str, dict]:
 
 
 def share_of_ideal(o: dict) -> float | None:
+    """The summary's own figure (analysis.metrics: decoding phase); summaries written before it existed
+    give the end-to-end speedup over the ideal."""
+    if o.get("share_of_ideal") is not None:
+        return o["share_of_ideal"]
     sp, ideal = o.get("speedup"), o.get("ideal_speedup")
     return sp / ideal if sp is not None and ideal else None
 
@@ -95,8 +100,8 @@ def table_html(rows: list[dict]) -> str:
     note = (f'<div class="stat-note">ideal: {NO_TIMINGS}.</div>' if missing else
             '<div class="stat-note">acc@i: share of cycles whose tree reached depth i that accepted i tokens. '
             "ideal = tau x t(1-token pass) / t(verify pass), both measured per cycle in the same run "
-            "(analysis.metrics), for the method's own tau; share of ideal = speedup / ideal, what drafting "
-            "overhead leaves. "
+            "(analysis.metrics), for the method's own tokens per cycle; share of ideal = the decoding phase's "
+            "speedup (prefill left out) / ideal, what drafting overhead leaves. "
             '<a href="#cost-curve">This machine\'s cost curve</a> is in the Generate tab.</div>')
     return f'<div class="bench-table"><table>{head}{"".join(body)}</table></div>{note}'
 

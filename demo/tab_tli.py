@@ -29,7 +29,8 @@ NO_TABLE = ("No committed TLI measurements yet (`assets/results/tli/*.json`). Th
 DEFAULT_PROMPT = "Summarise in three sentences why regular exercise is good for health."
 COLUMNS = ["N", "tau", "draft_ms_per_step", "speedup", "ideal_speedup", "tokens_per_s", "source"]
 IDEAL_NOTE = ("ideal_speedup: tau x t(1-token pass) / t(verify pass), the speedup if drafting cost nothing "
-              "(committed rows: the benchmark's per-cycle times; live rows: "
+              "(committed rows: the benchmark's decoding phase, tau over draft-verify cycles and their per-cycle "
+              "times; live rows: "
               "[this machine's cost curve](#cost-curve) in the Generate tab).")
 
 _KEYS = {

@@ -193,3 +193,26 @@ def test_fixed_trees_keep_the_checkpoint_tree():
     bench.fix_tree(wrapped)
     bench.fix_tree(Autoregressive())  # no tree: nothing to do
     assert not d.tree_auto and not wrapped.inner.tree_auto and d.tree_choice is None
+
+
+def test_resummarize_reproduces_the_summary_from_traces(run, tmp_path, capsys):
+    import shutil
+
+    out, summary = run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    again = bench.resummarize(copy)
+    # the same figures (the floor as the config stores it, to 6 decimals)
+    a, b = json.loads(json.dumps(again["methods"])), json.loads(json.dumps(summary["methods"]))
+    for m in b:
+        assert a[m]["overall"].pop("verify_over_floor") == pytest.approx(b[m]["overall"].pop("verify_over_floor"),
+                                                                          rel=1e-4)
+        for c in b[m]["by_category"]:
+            a[m]["by_category"][c].pop("verify_over_floor")
+            b[m]["by_category"][c].pop("verify_over_floor")
+    assert a == b
+    assert again["config"] == json.loads(json.dumps(summary["config"]))
+    assert bench.main(["--resummarize", str(copy)]) == 0
+    assert "share of ideal" in capsys.readouterr().out
+    shutil.rmtree(copy / "traces")
+    assert bench.main(["--resummarize", str(copy)]) == 2
