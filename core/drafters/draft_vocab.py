@@ -146,7 +146,7 @@ class DraftVocab(torch.nn.Module):
         target = self.target_ref[0]
         if self.full:
             return target.logits(feature)
-        h = target.norm(feature)
+        h = target.final_norm(feature)
         w = self.weight()
         packed = self._packed if h.dtype == w.dtype else None
         logits = linear(h, w.to(h.dtype), None, packed)

@@ -94,8 +94,8 @@ Our choices where we differ from, or go beyond, the reference code (each for a r
     the final feature. SA starts as the target's first layer and its output dominates the stream (about 10x
     CA's spread), and neither a gain (the feature) nor a faster rate (CA's output) made the network listen to
     the target's channels more; this changes the objective instead. Inference is unchanged.
-  * Long-horizon variants (`moa-h24`: period_max 24) train predictions up to 24 tokens past
-    the last verified one, so that an offline chain of ~20 tokens stays in distribution.
+  * Long-horizon variants (`moa-h24`: period_max 24) train predictions up to 24 tokens past the last
+    verified one, for ~20-token offline chains (`make moa-phase19`: no more confirmed, so not shipped).
 
 Training (`training_loss`), T-step bounded and on-policy: per sequence a period k is drawn
 from [period_min, period_max] (the reference code's 6..14); positions divisible by k and
@@ -124,7 +124,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from core.drafters.base import TargetNeeds, Verified
@@ -160,6 +159,7 @@ from core.layers import (
     append_layer_kv,
     decoder_layer,
     fused_copy,
+    grouped_attention,
     linear,
     maybe_pack,
     run_layer,
@@ -353,7 +353,7 @@ class MoADrafter(TrainedDrafter):
         p_q, p_o, p_head, p_gate_up, p_down = f.packed
         q = linear(_rms(sa_out, f.ca_norm, f.ca_eps), f.q, None, p_q).view(b, t, heads, hd)
         q = _rotate_signed(q, cos[:, :, None], _signed_sin(sin[:, :, None])).transpose(1, 2)
-        a = F.scaled_dot_product_attention(q, mem_k, mem_v, enable_gqa=heads != self.ca.kv_heads)
+        a = grouped_attention(q, mem_k, mem_v, None)
         h = sa_out + linear(a.transpose(1, 2).reshape(b, t, heads * hd), f.o, None, p_o)
         if f.mlp is not None:
             norm, eps, gate_up, down, act = f.mlp
