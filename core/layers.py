@@ -125,9 +125,8 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
 
     Our choice: the n_rep query heads of a group go in as n_rep T query rows of one head, so the kernel runs
     Hkv heads, not Hq heads over repeated keys. Each row's arithmetic is unchanged (the same numbers as
-    `enable_gqa=True` where that takes the same kernel), and on a CPU it is several times faster for the few
-    query rows of decoding: PyTorch's CPU attention kernel costs 0.2 ms per layer for one bfloat16 token
-    against a few hundred keys through the GQA path, a quarter of that grouped.
+    `enable_gqa=True` where that takes the same kernel), and PyTorch's CPU kernel is much faster this way for
+    the few query rows of decoding (docs/ARCHITECTURE.md, "Grouped attention", has the measurements).
     """
     b, hq, t, d = q.shape
     hkv = k.shape[1]
