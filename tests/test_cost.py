@@ -156,3 +156,35 @@ def test_acceptance_by_depth_comes_from_the_deeper_run_and_cost_from_the_latest(
     only_latest = cc.method_acceptance("moa", results=latest, deep_results=tmp_path / "missing.json")
     assert only_latest["p"] == [0.6] and only_latest["draft_ms"] == 6.0
     assert cc.method_acceptance("eagle2", results=latest, deep_results=deep) is None
+
+
+def _profile_drafting():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "profile_drafting.py"
+    spec = importlib.util.spec_from_file_location("profile_drafting", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_weight_traffic_counts_every_matrix_a_pass_reads():
+    """scripts/profile_drafting.py --weights: plain decoding reads each layer's matrices and the LM head once a
+    pass and drafts nothing; Medusa's drafting reads its heads and its vocabulary projection, once a cycle."""
+    from core.drafters.base import Autoregressive
+    from core.drafters.medusa import MedusaDrafter
+
+    weight_traffic = _profile_drafting().weight_traffic
+    target = tiny_target()
+    size = 4  # float32
+    per_pass = sum(p.numel() for layer in target.layers for name, p in layer.named_parameters()
+                   if p.dim() == 2) + target.lm_head.weight.numel()
+    ar = weight_traffic(target, Autoregressive(), [1, 2, 3], 6)
+    assert ar["draft_mb"] == 0
+    assert ar["verify_mb"] == pytest.approx(per_pass * size / 1e6, rel=1e-9)
+    medusa = MedusaDrafter.random(target, seed=0)
+    heads = sum(p.numel() for p in medusa.heads.parameters() if p.dim() == 2)
+    got = weight_traffic(target, medusa, [1, 2, 3], 6)
+    assert got["verify_mb"] == pytest.approx(per_pass * size / 1e6, rel=1e-9)
+    assert got["draft_mb"] == pytest.approx((heads + target.lm_head.weight.numel()) * size / 1e6, rel=1e-9)

@@ -518,6 +518,34 @@ def test_fused_prediction_equals_the_modules(tiny, ca_mlp):
         got = d._predict_inference(x, cos, sin, mem_k, mem_v)
     assert want.abs().max() > 0.1
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+    vec = torch.randn(1, 4, tiny.hidden_size)
+    cos, sin = d._rope(torch.arange(4)[None])
+    with torch.no_grad():  # CA's memory from one stacked k/v matmul equals the two projections
+        for got, want in zip(d._ca_fused.memory(vec, cos, sin), d.ca.memory(vec, cos, sin)):
+            assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_prefill_runs_lsa_only_over_the_ca_window(tiny):
+    """With ca_window=w, begin() runs LSA on the prompt's last w tokens only: those CA memory rows equal the ones
+    from running LSA on every token (the app's path), the earlier rows are zero and never read, and the trees
+    are the same."""
+    prompt = tiny_prompts(VOCAB, n=1, length=11, seed=3)[0]
+    caches, trees, calls = [], [], []
+    for everything in (False, True):
+        d = MoADrafter.random(tiny, seed=6, ca_window=3, **SMALL)
+        perturb(d)
+        d.record_lsa_attention = everything
+        d.lsa.forward = (lambda kv, *a, _run=d.lsa.forward, **k: calls.append(kv.shape[0]) or _run(kv, *a, **k))
+        pre = prefill(tiny, prompt, d.needs)
+        d.begin(tiny, pre)
+        caches.append([t[:, :, : len(prompt)].clone() for t in d.ca_cache.layer_view(0)])
+        trees.append(d.draft(pre.bonus))
+    assert calls == [3, len(prompt)]
+    for windowed, full in zip(*caches):
+        assert torch.equal(windowed[:, :, :-3], torch.zeros_like(windowed[:, :, :-3]))
+        assert torch.allclose(windowed[:, :, -3:], full[:, :, -3:], atol=1e-5, rtol=1e-5)
+    assert trees[0].tokens.tolist() == trees[1].tokens.tolist()
+    assert torch.allclose(trees[0].draft_probs, trees[1].draft_probs, atol=1e-5)
 
 
 def perturb(d: MoADrafter) -> None:

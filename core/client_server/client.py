@@ -65,9 +65,10 @@ class ReceivedLSA(nn.Module):
     def forward(self, kv: torch.Tensor, need_weights: bool = False,
                 final: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         vec = self.pending  # the server's vectors (final feature included, where the drafter reads it)
-        if vec is None or vec.shape[0] != kv.shape[0]:
+        if vec is None or vec.shape[0] < kv.shape[0]:
             raise RuntimeError("ReceivedLSA: no vectors received for these tokens")
         self.pending = None
+        vec = vec[vec.shape[0] - kv.shape[0]:]  # the drafter may ask only for the last ones (its CA window)
         att = torch.zeros(kv.shape[0], self.n_layers, self.n_layers) if need_weights else None
         return vec.to(device=kv.device, dtype=self.dtype), att
 

@@ -56,7 +56,7 @@ from core.drafters.trained import (
     perturb,
 )
 from core.kv_cache import KVCache
-from core.layers import FusedLayer, decoder_layer, fused_copy, run_layer
+from core.layers import FusedLayer, attention_bias, decoder_layer, fused_copy, run_layer
 from core.target import Target
 from core.tree import DraftTree
 
@@ -178,7 +178,9 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         self._stacked = StackedHeads(self.heads)
         k = self.config.num_heads
         cos = torch.ones(1, k, self.head_dim, dtype=self.dtype, device=target.device)
-        self._auto_rope = (cos, torch.zeros_like(cos), torch.ones(1, 1, k, k, dtype=torch.bool, device=cos.device))
+        full = torch.ones(1, 1, k, k, dtype=torch.bool, device=cos.device)  # as the additive bias attention takes
+        bias = attention_bias(full, target.n_heads // target.kv_heads, self.dtype)
+        self._auto_rope = (cos, torch.zeros_like(cos), bias)
         n = len(prefill.tokens)
         self.cache = KVCache(2, target.kv_heads, self.head_dim, n + 256, 1, self.dtype, target.device)
         self._advance(prefill)
@@ -224,7 +226,8 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
             k = self.config.num_heads
             states = self._stacked(torch.stack([s1] * self.split + [s2] * (k - self.split)))
             x = states[None] + self.head_pos
-            y, _ = run_layer(self._fused[2], x, cos, sin, full, None, 0, tgt.n_heads, tgt.kv_heads, self.head_dim)
+            y, _ = run_layer(self._fused[2], x, cos, sin, full, None, 0, tgt.n_heads, tgt.kv_heads, self.head_dim,
+                             signed_sin=True)  # sin = 0: its signed form is itself
             z = self.to_target_units(y.reshape(states.shape))
         return self.tree_from_logits(self.lm_logits(z))
 

@@ -101,6 +101,7 @@ class DraftVocab(torch.nn.Module):
         self._extra: list[int] = []
         self._extra_seen: set[int] = set()
         self._extra_weight: torch.Tensor | None = None
+        self._extra_packed: PackedWeight | None = None  # packed lazily, once per change of the context rows
         self._table: torch.Tensor | None = None
 
     def observe(self, token_ids) -> None:
@@ -121,6 +122,7 @@ class DraftVocab(torch.nn.Module):
         lm = self.target_ref[0].lm_head.weight
         rows = lm[torch.tensor(new, device=lm.device)].detach()
         self._extra_weight = rows if self._extra_weight is None else torch.cat([self._extra_weight, rows])
+        self._extra_packed = None
         self._table = None
 
     def table(self) -> torch.Tensor | None:
@@ -150,8 +152,12 @@ class DraftVocab(torch.nn.Module):
         w = self.weight()
         packed = self._packed if h.dtype == w.dtype else None
         logits = linear(h, w.to(h.dtype), None, packed)
-        if self._extra_weight is not None:
-            logits = torch.cat([logits, torch.nn.functional.linear(h, self._extra_weight.to(h.dtype))], dim=-1)
+        extra = self._extra_weight
+        if extra is not None:
+            if extra.dtype == h.dtype and self._extra_packed is None:
+                self._extra_packed = maybe_pack(extra)
+            packed = self._extra_packed if extra.dtype == h.dtype else None
+            logits = torch.cat([logits, linear(h, extra.to(h.dtype), None, packed)], dim=-1)
         return logits.float()
 
     def to_token_ids(self, index: torch.Tensor) -> torch.Tensor:

@@ -153,15 +153,9 @@ from core.drafters.trained import (
 from core.kv_cache import KVCache
 from core.layers import (
     FusedLayer,
-    _rms,
-    _rotate_signed,
-    _signed_sin,
     append_layer_kv,
     decoder_layer,
     fused_copy,
-    grouped_attention,
-    linear,
-    maybe_pack,
     run_layer,
 )
 from core.target import Target
@@ -326,40 +320,10 @@ class MoADrafter(TrainedDrafter):
             h = h + self.mlp(self.mlp_norm(h))
         return self.to_target_units(self.head(self.out_norm(h)))
 
-    def _fuse_predict(self) -> FusedPredict:
-        """`FusedPredict` from the current weights (see `_predict_inference`)."""
-        with torch.no_grad():
-            q, o, head = (m.weight.detach().clone() for m in (self.ca.q_proj, self.ca.o_proj, self.head))
-            mlp, mats = None, [q, o, head]
-            if self.config.ca_mlp:
-                gate_up = torch.cat([self.mlp.gate_proj.weight.detach(), self.mlp.up_proj.weight.detach()])
-                down = self.mlp.down_proj.weight.detach().clone()
-                mlp = (self.mlp_norm.weight.detach().clone(), float(self.mlp_norm.variance_epsilon), gate_up, down,
-                       self.mlp.act_fn)
-                mats += [gate_up, down]
-            return FusedPredict(ca_norm=self.ca_norm.weight.detach().clone(),
-                                ca_eps=float(self.ca_norm.variance_epsilon), q=q, o=o, mlp=mlp,
-                                out_norm=self.out_norm.weight.detach().clone(),
-                                out_eps=float(self.out_norm.variance_epsilon), head=head,
-                                packed=tuple(maybe_pack(w) for w in mats) + (None,) * (5 - len(mats)))
-
     def _predict_inference(self, sa_out: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mem_k: torch.Tensor,
                            mem_v: torch.Tensor) -> torch.Tensor:
-        """`_predict` over the whole (verified) memory, on begin()'s fused copies: the same arithmetic in
-        fewer calls (one RMSNorm call each, q rotated once, gate and up in one matmul, packed weights)."""
-        f = self._ca_fused
-        b, t, _ = sa_out.shape
-        heads, hd = self.ca.heads, self.ca.head_dim
-        p_q, p_o, p_head, p_gate_up, p_down = f.packed
-        q = linear(_rms(sa_out, f.ca_norm, f.ca_eps), f.q, None, p_q).view(b, t, heads, hd)
-        q = _rotate_signed(q, cos[:, :, None], _signed_sin(sin[:, :, None])).transpose(1, 2)
-        a = grouped_attention(q, mem_k, mem_v, None)
-        h = sa_out + linear(a.transpose(1, 2).reshape(b, t, heads * hd), f.o, None, p_o)
-        if f.mlp is not None:
-            norm, eps, gate_up, down, act = f.mlp
-            gate, up = linear(_rms(h, norm, eps), gate_up, None, p_gate_up).chunk(2, dim=-1)
-            h = h + linear(act(gate) * up, down, None, p_down)
-        return self.to_target_units(linear(_rms(h, f.out_norm, f.out_eps), f.head, None, p_head))
+        """`_predict` over the whole (verified) memory on begin()'s fused copies (FusedPredict.predict)."""
+        return self._ca_fused.predict(sa_out, cos, sin, mem_k, mem_v)
 
     def _tli(self, state: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Run the target's last N layers on predicted states [1, m, H] over the TLI cache (the target's own
@@ -456,7 +420,7 @@ class MoADrafter(TrainedDrafter):
         self.tli_cache = KVCache(max(1, self.config.tli), kvh, hd, cap, dtype=target.dtype, device=dev)
         resolve_auto_tree(self, target)
         self._sa_fused = fused_copy(self.sa)  # SA's weights may have changed (training) since the last conversation
-        self._ca_fused = self._fuse_predict()
+        self._ca_fused = FusedPredict.from_drafter(self)
         self._absorb(prefill)
 
     @torch.no_grad()
@@ -482,11 +446,17 @@ class MoADrafter(TrainedDrafter):
         layer_kv = step.layer_kv.to(dev)
         final = step.hidden.get(self.config.n_target_layers)  # absent on a client-server client (LSA is the server's)
         final = None if final is None else final.to(dev)
-        vec, att = self.lsa(layer_kv, need_weights=self.record_lsa_attention, final=final)
+        # LSA is per token and CA reads only the last ca_window verified positions: earlier rows (a prompt's) get
+        # zero memory, never read; the app's LSA tab (record_lsa_attention) still gets every row
+        w = self.config.ca_window
+        skip = max(0, n_new - w) if w and not self.record_lsa_attention else 0
+        vec, att = self.lsa(layer_kv[skip:], self.record_lsa_attention, None if final is None else final[skip:])
         if self.config.final_feature:  # [memory vector | projected final feature]: the last one feeds the stream
             h = self.config.hidden_size
             vec, self._shortcut = vec[:, :h], vec[-1:, h:][None]
-        k, v = self.ca.memory(vec[None], cos[:, :n_new], sin[:, :n_new])
+        k, v = self._ca_fused.memory(vec[None], cos[:, skip:n_new], sin[:, skip:n_new])
+        if skip:
+            k, v = (torch.cat([t.new_zeros(*t.shape[:2], skip, t.shape[3]), t], dim=2) for t in (k, v))
         self.ca_cache.crop(start)
         self.ca_cache.append(0, k, v)
         self.ca_cache.commit(n_new)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.drafters.trained import rope_kv
+from core.layers import _rms, _rotate_signed, _signed_sin, grouped_attention, linear, maybe_pack
 
 
 @dataclass
@@ -30,6 +31,52 @@ class FusedPredict:
     out_eps: float
     head: torch.Tensor
     packed: tuple  # packed q, o, head, gate_up, down (None each where packed matmuls do not win here)
+    kv: torch.Tensor  # CA's k_proj and v_proj stacked [2 kv, H]: the memory in one matmul
+    kv_packed: object
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scale: float  # the drafter's feature_scale: predicted states back in the target's units
+
+    @classmethod
+    @torch.no_grad()
+    def from_drafter(cls, d: nn.Module) -> FusedPredict:
+        """The copies from a MoA drafter's current weights."""
+        q, o, head = (m.weight.detach().clone() for m in (d.ca.q_proj, d.ca.o_proj, d.head))
+        mlp, mats = None, [q, o, head]
+        if d.config.ca_mlp:
+            gate_up = torch.cat([d.mlp.gate_proj.weight.detach(), d.mlp.up_proj.weight.detach()])
+            down = d.mlp.down_proj.weight.detach().clone()
+            mlp = (d.mlp_norm.weight.detach().clone(), float(d.mlp_norm.variance_epsilon), gate_up, down, d.mlp.act_fn)
+            mats += [gate_up, down]
+        kv = torch.cat([d.ca.k_proj.weight.detach(), d.ca.v_proj.weight.detach()])
+        return cls(ca_norm=d.ca_norm.weight.detach().clone(), ca_eps=float(d.ca_norm.variance_epsilon), q=q, o=o,
+                   mlp=mlp, out_norm=d.out_norm.weight.detach().clone(), out_eps=float(d.out_norm.variance_epsilon),
+                   head=head, packed=tuple(maybe_pack(w) for w in mats) + (None,) * (5 - len(mats)), kv=kv,
+                   kv_packed=maybe_pack(kv), heads=d.ca.heads, kv_heads=d.ca.kv_heads, head_dim=d.ca.head_dim,
+                   scale=float(d.config.feature_scale))
+
+    def memory(self, vec: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """CrossAttention.memory on these copies: LSA vectors [B, S, H] -> roped keys, values [B, kv_heads, S, D]."""
+        return rope_kv(linear(vec, self.kv, None, self.kv_packed), cos, sin, self.kv_heads, self.head_dim)
+
+    def predict(self, sa_out: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mem_k: torch.Tensor,
+                mem_v: torch.Tensor) -> torch.Tensor:
+        """MoADrafter._predict over the whole (verified) memory: the same arithmetic in fewer calls (one RMSNorm
+        call each, q rotated once, gate and up in one matmul, packed weights) -> the state in target units."""
+        b, t, _ = sa_out.shape
+        heads, hd = self.heads, self.head_dim
+        p_q, p_o, p_head, p_gate_up, p_down = self.packed
+        q = linear(_rms(sa_out, self.ca_norm, self.ca_eps), self.q, None, p_q).view(b, t, heads, hd)
+        q = _rotate_signed(q, cos[:, :, None], _signed_sin(sin[:, :, None])).transpose(1, 2)
+        a = grouped_attention(q, mem_k, mem_v, None)
+        h = sa_out + linear(a.transpose(1, 2).reshape(b, t, heads * hd), self.o, None, p_o)
+        if self.mlp is not None:
+            norm, eps, gate_up, down, act = self.mlp
+            gate, up = linear(_rms(h, norm, eps), gate_up, None, p_gate_up).chunk(2, dim=-1)
+            h = h + linear(act(gate) * up, down, None, p_down)
+        out = linear(_rms(h, self.out_norm, self.out_eps), self.head, None, p_head)
+        return out if self.scale == 1.0 else out * self.scale
 
 
 class LayerSelfAttention(nn.Module):
