@@ -1,8 +1,9 @@
 """Tab: Benchmarks: the committed results (assets/results) at a glance, the raw data one click away.
 
 Top to bottom: the headline chart (speedup against tau per method, with the ideal-speedup line and plain
-decoding), one compact table, a tau heatmap by method and category, the TLI and copying figures, and a closed
-section with the run's config, command and a download of summary.json. Every number is read from the summary
+decoding), one compact table, a tau heatmap by method and category, the TLI and copying figures, what drafting
+reads against what it costs (analysis.weight_traffic), and a closed section with the run's config, command
+and a download of summary.json. Every number is read from the summary
 that analysis.bench wrote (tau, tokens/s, speedup, ideal speedup and share of ideal come from
 analysis.metrics.finalize); summaries older than the share's field get it computed here.
 """
@@ -19,6 +20,7 @@ import plotly.graph_objects as go
 from analysis.copying import copying_figure
 from analysis.report import method_colors
 from analysis.tli import tli_figure
+from analysis.weight_traffic import figure as weight_traffic_figure
 from core.cost_curve import GPU_COST_MODEL
 from demo.common import RESULTS, AppContext
 from demo.render import message_figure
@@ -35,6 +37,7 @@ every method pays alike (the table's share of ideal leaves the prefill out).
 SUMMARY = RESULTS / "summary.json"
 TLI_JSON = RESULTS / "tli" / "tli.json"
 COPYING_JSON = RESULTS / "copying.json"
+WEIGHTS_JSON = RESULTS / "weight_traffic" / "weight_traffic.json"
 DEFAULT_COMMAND = "make bench"
 NO_RESULTS = ("**No committed results yet.** The benchmark has not been run and committed: "
               "`assets/results/summary.json` is missing.")
@@ -178,6 +181,16 @@ def copying_view(path: Path = COPYING_JSON) -> go.Figure:
     return fig
 
 
+def weights_view(path: Path = WEIGHTS_JSON) -> go.Figure:
+    data = load_json(path)
+    if not data or not data.get("rows"):
+        return message_figure("No committed weight-traffic profile (assets/results/weight_traffic/).")
+    fig = weight_traffic_figure(data["rows"])
+    fig.update_layout(height=380, margin={"l": 40, "r": 20, "t": 70, "b": 40}, title_font_size=13,
+                      legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
 def config_markdown(summary: dict) -> str:
     cfg = summary.get("config") or {}
     lines = ["| setting | value |", "|---|---|"]
@@ -206,13 +219,14 @@ def benchmark_view(folder: Path = RESULTS) -> dict:
     if summary is None or not summary.get("methods"):
         return {"has_results": False, "intro": NO_RESULTS + "\n\n" + how, "headline": message_figure(""),
                 "table": "", "heatmap": message_figure(""), "tli": message_figure(""),
-                "copying": message_figure(""), "config": how, "summary_path": None}
+                "copying": message_figure(""), "weights": message_figure(""), "config": how, "summary_path": None}
     nodes = [o.get("mean_tree_nodes") for m, o in overall(summary).items() if m != BASELINE]
     nodes = [n for n in nodes if n]
     tree = f"{1 + min(nodes):.0f}-{1 + max(nodes):.0f}" if nodes else "several"
     return {"has_results": True, "intro": EXPLANATION.format(tree=tree), "headline": headline_figure(summary),
             "table": table_html(compact_rows(summary)), "heatmap": tau_heatmap(summary),
             "tli": tli_view(folder / "tli" / "tli.json"), "copying": copying_view(folder / "copying.json"),
+            "weights": weights_view(folder / "weight_traffic" / "weight_traffic.json"),
             "config": f"{how}\n\nGPU cost model used for the dashed line: {GPU_COST_MODEL}.\n\n"
                       f"{config_markdown(summary)}",
             "summary_path": str(folder / "summary.json")}
@@ -230,6 +244,7 @@ def build(ctx: AppContext) -> None:
     with gr.Row():
         gr.Plot(view["tli"], show_label=False, elem_id="bench-tli", visible=view["has_results"])
         gr.Plot(view["copying"], show_label=False, elem_id="bench-copying", visible=view["has_results"])
+    gr.Plot(view["weights"], show_label=False, elem_id="bench-weights", visible=view["has_results"])
     with gr.Accordion("Raw results: config, command, summary.json", open=False, elem_id="bench-raw"):
         gr.Markdown(view["config"])
         if view["summary_path"]:

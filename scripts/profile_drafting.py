@@ -134,11 +134,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['draft_ms']:9.2f} {r['verify_ms']:10.2f} {share:>13s} {r['tokens_per_s']:7.2f}")
     print("(* = auto tree, sized for this machine by core.cost_curve.choose_tree)")
     if args.weights:
+        from analysis.weight_traffic import measure
+
         print(f"\nweights read per cycle (one more generation each, under the profiler):\n"
               f"{'method':18s} {'draft MB':>9s} {'verify MB':>10s} {'draft/verify bytes':>19s} {'draft GB/s':>11s} "
               f"{'verify GB/s':>12s}")
         for r in rows:
-            r.update(weight_traffic(target, drafters[r["method"]], prompts[0], args.max_new_tokens))
+            r.update(measure(target, drafters[r["method"]], prompts[0], args.max_new_tokens))
             ratio = f"{100 * r['draft_mb'] / r['verify_mb']:.0f}%" if r["verify_mb"] else "-"
             rate = (lambda mb, ms: f"{mb / ms:.1f}" if ms else "-")
             print(f"{r['method']:18s} {r['draft_mb']:9.1f} {r['verify_mb']:10.1f} {ratio:>19s} "
@@ -154,54 +156,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n--- {m}: {args.cprofile} costliest functions (own time) ---")
         pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(args.cprofile)
     return 0
-
-
-# matmul kernels and the argument that holds the weight matrix they stream (leaves only: aten::linear and
-# aten::matmul call these, and would be counted twice)
-WEIGHT_ARG = {"mkldnn::_linear_pointwise": 1, "aten::mm": 1, "aten::addmm": 2, "aten::bmm": 1, "aten::baddbmm": 2}
-DRAFT_SCOPE, BEGIN_SCOPE = "speclens.drafting", "speclens.drafter_prefill"
-
-
-def weight_traffic(target, drafter, ids, max_new_tokens: int) -> dict:
-    """Megabytes of matrices read per cycle by drafting (draft + accept) and per target pass (everything else),
-    from one profiled generation: each matmul's weight operand counted once per call; begin() is left out."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    from core.decoding import generate
-
-    scoped = {}
-    for name in ("draft", "accept", "begin"):  # begin (the drafter's own prefill) is counted in neither
-        fn = getattr(drafter, name)
-        scoped[name] = fn
-
-        def run(*a, _fn=fn, _scope=BEGIN_SCOPE if name == "begin" else DRAFT_SCOPE, **k):
-            with record_function(_scope):
-                return _fn(*a, **k)
-        setattr(drafter, name, run)
-    try:
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            result = generate(target, drafter, ids, max_new_tokens)
-    finally:
-        for name, fn in scoped.items():
-            setattr(drafter, name, fn)
-    size = torch.empty(0, dtype=target.dtype).element_size()
-    totals = {"draft": 0, "verify": 0}
-    for e in prof.events():
-        arg = WEIGHT_ARG.get(e.name)
-        if arg is None or len(e.input_shapes) <= arg or len(e.input_shapes[arg]) < 2:
-            continue
-        numel = 1
-        for d in e.input_shapes[arg]:
-            numel *= d
-        parent, scope = e.cpu_parent, None
-        while parent is not None and scope is None:
-            scope = parent.name if parent.name in (DRAFT_SCOPE, BEGIN_SCOPE) else None
-            parent = parent.cpu_parent
-        if scope != BEGIN_SCOPE:
-            totals["draft" if scope == DRAFT_SCOPE else "verify"] += numel * size
-    passes = len(result.events)  # the prefill, then one a cycle (drafting starts from the second)
-    return {"draft_mb": totals["draft"] / max(1, passes - 1) / 1e6, "verify_mb": totals["verify"] / passes / 1e6}
 
 
 if __name__ == "__main__":

@@ -335,6 +335,7 @@ def test_benchmarks_at_a_glance(tmp_path):
     assert "python -m analysis.bench --methods ar,moa" in view["config"]
     assert "started" not in view["config"] and "| dtype | bfloat16 |" in view["config"]  # no epoch timestamps
     assert "No committed TLI" in view["tli"].layout.annotations[0].text  # the folder has no tli.json
+    assert "No committed weight-traffic" in view["weights"].layout.annotations[0].text
 
 
 def test_benchmarks_without_pass_timings_say_so(tmp_path):
@@ -354,6 +355,7 @@ def test_the_committed_benchmark_renders():
     assert view["has_results"] and "tau" in view["intro"]
     assert view["table"].count("<tr>") >= 3
     assert isinstance(view["tli"].data[0], go.Bar) and view["copying"].data
+    assert "moa" in list(view["weights"].data[0].x)  # the committed weight-traffic profile
 
 
 # ----- draft failures (against a stand-in for analysis.failures with the agreed API) --------------------

@@ -158,24 +158,14 @@ def test_acceptance_by_depth_comes_from_the_deeper_run_and_cost_from_the_latest(
     assert cc.method_acceptance("eagle2", results=latest, deep_results=deep) is None
 
 
-def _profile_drafting():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / "profile_drafting.py"
-    spec = importlib.util.spec_from_file_location("profile_drafting", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_weight_traffic_counts_every_matrix_a_pass_reads():
-    """scripts/profile_drafting.py --weights: plain decoding reads each layer's matrices and the LM head once a
-    pass and drafts nothing; Medusa's drafting reads its heads and its vocabulary projection, once a cycle."""
+    """analysis.weight_traffic (scripts/profile_drafting.py --weights): plain decoding reads each layer's matrices
+    and the LM head once a pass and drafts nothing; Medusa's drafting reads its heads and its vocabulary
+    projection, once a cycle."""
+    from analysis.weight_traffic import measure as weight_traffic
     from core.drafters.base import Autoregressive
     from core.drafters.medusa import MedusaDrafter
 
-    weight_traffic = _profile_drafting().weight_traffic
     target = tiny_target()
     size = 4  # float32
     per_pass = sum(p.numel() for layer in target.layers for name, p in layer.named_parameters()
@@ -188,3 +178,13 @@ def test_weight_traffic_counts_every_matrix_a_pass_reads():
     got = weight_traffic(target, medusa, [1, 2, 3], 6)
     assert got["verify_mb"] == pytest.approx(per_pass * size / 1e6, rel=1e-9)
     assert got["draft_mb"] == pytest.approx((heads + target.lm_head.weight.numel()) * size / 1e6, rel=1e-9)
+
+
+def test_weight_traffic_figure_sets_bytes_beside_time():
+    from analysis.weight_traffic import figure
+
+    rows = [{"method": "ar", "draft_mb": 0.0, "verify_mb": 269.0, "draft_ms": 0.0, "verify_ms": 23.0},
+            {"method": "moa", "draft_mb": 49.4, "verify_mb": 269.0, "draft_ms": 6.8, "verify_ms": 26.0}]
+    fig = figure(rows)
+    assert [list(t.x) for t in fig.data] == [["moa"], ["moa"]]  # plain decoding drafts nothing: no bars
+    assert fig.data[0].y[0] == pytest.approx(49.4 / 269.0) and fig.data[1].y[0] == pytest.approx(6.8 / 26.0)
