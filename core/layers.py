@@ -21,8 +21,9 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -332,8 +333,26 @@ def fuse_layer(layer: torch.nn.Module) -> FusedLayer:
 
 def fused_copy(layer: torch.nn.Module) -> FusedLayer:
     """A `FusedLayer` holding *copies* of an HF decoder layer's weights, the module left untouched: for a
-    drafter's own (trainable) layers, rebuilt at each `begin` so that training in between is picked up while
-    the optimizer keeps its parameters."""
+    drafter's own (trainable) layers, asked for at each `begin`. The copy is made again only when one of the
+    layer's weights has changed since the last call (a training step, a load, a move): otherwise the one made
+    then is returned, which saves a conversation's prefill the copying and packing."""
+    return cached_copy(layer, "fused_copy", layer.parameters(), lambda: _fused_copy(layer))
+
+
+def cached_copy(owner: torch.nn.Module, name: str, sources: Iterable[torch.Tensor], build: Callable[[], Any]) -> Any:
+    """`build()`, an inference copy made from the tensors `sources`, kept on `owner` under `name` and made again
+    only when one of those tensors has changed since (its storage, dtype or in-place version: `stamp`)."""
+    stamps = tuple(stamp(t) for t in sources)
+    key = f"_speclens_copy_{name}"
+    known = owner.__dict__.get(key)
+    if known is not None and known[0] == stamps:
+        return known[1]
+    made = build()
+    owner.__dict__[key] = (stamps, made)  # beside the module's attributes: not a parameter, not saved
+    return made
+
+
+def _fused_copy(layer: torch.nn.Module) -> FusedLayer:
     with torch.no_grad():
         attn, mlp = layer.self_attn, layer.mlp
 

@@ -169,3 +169,29 @@ def test_small_float32_weights_stay_on_f_linear(monkeypatch):
     assert isinstance(layers_mod.maybe_pack(torch.randn(1536, 576)), layers_mod.PackedWeight)
     monkeypatch.setenv("SPECLENS_PACKED_LINEAR", "1")  # forced: everything packs
     assert isinstance(layers_mod.maybe_pack(torch.randn(384, 128)), layers_mod.PackedWeight)
+
+
+def test_inference_copies_are_made_again_only_after_their_weights_change():
+    """fused_copy / StackedHeads.of (core.layers.cached_copy): the same copy while the weights stand still, a new
+    one with the new numbers after an in-place edit (a training step) or a change of dtype."""
+    from core.drafters.medusa import MedusaDrafter
+    from core.drafters.trained import StackedHeads
+    from core.layers import fused_copy
+
+    target = tiny_target(seed=5)
+    layer = target.hf_model.model.layers[0]
+    first = fused_copy(layer)
+    assert fused_copy(layer) is first
+    with torch.no_grad():
+        layer.mlp.down_proj.weight.mul_(2.0)
+    second = fused_copy(layer)
+    assert second is not first and torch.equal(second.down, layer.mlp.down_proj.weight)
+    heads = MedusaDrafter.random(target, seed=1).heads
+    stacked = StackedHeads.of(heads)
+    assert StackedHeads.of(heads) is stacked
+    with torch.no_grad():
+        heads[0][0].linear.weight.add_(1.0)
+    fresh = StackedHeads.of(heads)
+    assert fresh is not stacked and torch.equal(fresh.weight[0][0], heads[0][0].linear.weight.t())
+    heads.to(torch.bfloat16)
+    assert StackedHeads.of(heads).dtype == torch.bfloat16

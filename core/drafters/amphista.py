@@ -175,7 +175,7 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         # inference copies of the three decoder layers (training in between is picked up here), and the
         # auto-embedding block's constant no-rotation cos/sin and full mask, made once per conversation
         self._fused = (fused_copy(self.stage1), fused_copy(self.stage2), fused_copy(self.auto_embedding))
-        self._stacked = StackedHeads(self.heads)
+        self._stacked = StackedHeads.of(self.heads)
         k = self.config.num_heads
         cos = torch.ones(1, k, self.head_dim, dtype=self.dtype, device=target.device)
         full = torch.ones(1, 1, k, k, dtype=torch.bool, device=cos.device)  # as the additive bias attention takes

@@ -112,7 +112,7 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
     def begin(self, target: Target, prefill: Verified) -> None:
         super().begin(target, prefill)
         self.resolve_auto_static_tree(target)
-        self._stacked = StackedHeads(self.heads)  # inference: the heads batched (weights may have changed)
+        self._stacked = StackedHeads.of(self.heads)  # inference: the heads batched (weights may have changed)
         self.feature = prefill.hidden[self.config.n_target_layers][-1]
 
     def accept(self, step: Verified) -> None:

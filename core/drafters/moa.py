@@ -420,7 +420,7 @@ class MoADrafter(TrainedDrafter):
         self.tli_cache = KVCache(max(1, self.config.tli), kvh, hd, cap, dtype=target.dtype, device=dev)
         resolve_auto_tree(self, target)
         self._sa_fused = fused_copy(self.sa)  # SA's weights may have changed (training) since the last conversation
-        self._ca_fused = FusedPredict.from_drafter(self)
+        self._ca_fused = FusedPredict.cached(self)
         self._absorb(prefill)
 
     @torch.no_grad()

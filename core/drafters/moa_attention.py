@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.drafters.trained import rope_kv
-from core.layers import _rms, _rotate_signed, _signed_sin, grouped_attention, linear, maybe_pack
+from core.layers import _rms, _rotate_signed, _signed_sin, cached_copy, grouped_attention, linear, maybe_pack
 
 
 @dataclass
@@ -55,6 +55,13 @@ class FusedPredict:
                    head=head, packed=tuple(maybe_pack(w) for w in mats) + (None,) * (5 - len(mats)), kv=kv,
                    kv_packed=maybe_pack(kv), heads=d.ca.heads, kv_heads=d.ca.kv_heads, head_dim=d.ca.head_dim,
                    scale=float(d.config.feature_scale))
+
+    @classmethod
+    def cached(cls, d: nn.Module) -> FusedPredict:
+        """`from_drafter(d)`, made again only when a weight it copies has changed (core.layers.cached_copy)."""
+        parts = [getattr(d, n) for n in ("ca", "ca_norm", "mlp", "mlp_norm", "out_norm", "head") if hasattr(d, n)]
+        return cached_copy(d, f"fused_predict_x{d.config.feature_scale}", [p for m in parts for p in m.parameters()],
+                           lambda: cls.from_drafter(d))
 
     def memory(self, vec: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """CrossAttention.memory on these copies: LSA vectors [B, S, H] -> roped keys, values [B, kv_heads, S, D]."""

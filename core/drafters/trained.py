@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from core.drafters.checkpoint import TARGET_FIELDS, DrafterConfig, TrainBatch, TrainedDrafter
 from core.drafters.draft_vocab import DraftVocab
 from core.drafters.dynamic_tree import check_tree_settings
+from core.layers import cached_copy
 from core.target import Target
 
 __all__ = [
@@ -245,6 +246,11 @@ class StackedHeads:
                            for d in range(len(blocks[0]))]
             self.bias = [torch.stack([head[d].linear.bias.detach() for head in blocks])[:, None]
                          for d in range(len(blocks[0]))]
+
+    @classmethod
+    def of(cls, heads: torch.nn.ModuleList) -> StackedHeads:
+        """StackedHeads(heads), made again only when one of the heads' weights has changed (cached_copy)."""
+        return cached_copy(heads, "stacked_heads", heads.parameters(), lambda: cls(heads))
 
     @property
     def dtype(self) -> torch.dtype:
