@@ -11,11 +11,8 @@ and, once: this machine's bare-matmul floor and plain decoding's verify pass aga
     python scripts/profile_drafting.py --methods moa --cprofile 25       # + the 25 costliest functions of moa
     python scripts/profile_drafting.py --weights                         # + weight bytes read per cycle
 
---weights profiles one more generation per method and adds up the matrices its matmuls read (packed or plain
-linear, mm, bmm: the second operand; attention over the KV cache is not a weight): megabytes per cycle read
-while drafting and per target pass, and the rate each achieves. On a CPU both are bound by memory traffic, so
-drafting's share of a verify pass can fall below (its bytes / the pass's bytes) only by streaming its weights
-faster than the target pass streams the target's.
+--weights profiles one more generation per method and adds the weight bytes its drafting and the target's
+passes read, and the rate each streams them at (analysis.weight_traffic says how and why).
 
 Timing only means something on a machine nobody else is using.
 """

@@ -173,14 +173,14 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
         super().begin(target, prefill)
         self.resolve_auto_static_tree(target)
         # inference copies of the three decoder layers (training in between is picked up here), and the
-        # auto-embedding block's constant no-rotation cos/sin and full mask, made once per conversation
+        # auto-embedding block's constant no-rotation cos/sin and all-visible attention bias
         self._fused = (fused_copy(self.stage1), fused_copy(self.stage2), fused_copy(self.auto_embedding))
         self._stacked = StackedHeads.of(self.heads)
         k = self.config.num_heads
         cos = torch.ones(1, k, self.head_dim, dtype=self.dtype, device=target.device)
-        full = torch.ones(1, 1, k, k, dtype=torch.bool, device=cos.device)  # as the additive bias attention takes
-        bias = attention_bias(full, target.n_heads // target.kv_heads, self.dtype)
-        self._auto_rope = (cos, torch.zeros_like(cos), bias)
+        full = torch.ones(1, 1, k, k, dtype=torch.bool, device=cos.device)
+        self._auto_rope = (cos, torch.zeros_like(cos), attention_bias(full, target.n_heads // target.kv_heads,
+                                                                      self.dtype))
         n = len(prefill.tokens)
         self.cache = KVCache(2, target.kv_heads, self.head_dim, n + 256, 1, self.dtype, target.device)
         self._advance(prefill)
@@ -221,12 +221,12 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
             z = self.auto_embed(self.head_states(*self.stage_out))
         else:  # auto_embed() on the fused copy, with its constant cos/sin/mask made once in begin()
             tgt = self.target
-            cos, sin, full = self._auto_rope
+            cos, sin, bias = self._auto_rope
             s1, s2 = self.stage_out  # head_states(), the heads batched (StackedHeads)
             k = self.config.num_heads
             states = self._stacked(torch.stack([s1] * self.split + [s2] * (k - self.split)))
             x = states[None] + self.head_pos
-            y, _ = run_layer(self._fused[2], x, cos, sin, full, None, 0, tgt.n_heads, tgt.kv_heads, self.head_dim,
+            y, _ = run_layer(self._fused[2], x, cos, sin, bias, None, 0, tgt.n_heads, tgt.kv_heads, self.head_dim,
                              signed_sin=True)  # sin = 0: its signed form is itself
             z = self.to_target_units(y.reshape(states.shape))
         return self.tree_from_logits(self.lm_logits(z))

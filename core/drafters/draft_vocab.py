@@ -154,9 +154,9 @@ class DraftVocab(torch.nn.Module):
         logits = linear(h, w.to(h.dtype), None, packed)
         extra = self._extra_weight
         if extra is not None:
-            if extra.dtype == h.dtype and self._extra_packed is None:
-                self._extra_packed = maybe_pack(extra)
-            packed = self._extra_packed if extra.dtype == h.dtype else None
+            packed = None
+            if extra.dtype == h.dtype:
+                self._extra_packed = packed = self._extra_packed or maybe_pack(extra)
             logits = torch.cat([logits, linear(h, extra.to(h.dtype), None, packed)], dim=-1)
         return logits.float()
 
