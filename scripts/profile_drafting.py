@@ -10,6 +10,10 @@ and, once: this machine's bare-matmul floor and plain decoding's verify pass aga
     python scripts/profile_drafting.py --methods eagle2,moa --prompts 4 --threads 2 --json runs/profile.json
     python scripts/profile_drafting.py --methods moa --cprofile 25       # + the 25 costliest functions of moa
     python scripts/profile_drafting.py --weights                         # + weight bytes read per cycle
+    python scripts/profile_drafting.py --methods eagle2,moa --vocab-sizes 8192,2048   # drafting-vocabulary sizes
+
+--vocab-sizes runs each trained drafter once per size of its drafting vocabulary (core.drafters.draft_vocab,
+DRAFTING_SIZE; 0 = every trained token), interleaved with the rest, as rows "method V'=size".
 
 --weights profiles one more generation per method and adds the weight bytes its drafting and the target's
 passes read, and the rate each streams them at (analysis.weight_traffic says how and why).
@@ -50,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also profile each method once and print its N costliest functions")
     p.add_argument("--weights", action="store_true",
                    help="also measure the weight bytes each method's drafting and target pass read per cycle")
+    p.add_argument("--vocab-sizes", default=None, metavar="N,N",
+                   help="also compare these drafting-vocabulary sizes per trained drafter (0 = all trained tokens)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     return p.parse_args(argv)
 
@@ -67,6 +73,19 @@ def pick_prompts(n: int) -> list[str]:
     return out[:n]
 
 
+def parse_sizes(text: str | None) -> list[int]:
+    """--vocab-sizes "8192,2048" -> [8192, 2048]; a one-line error naming the bad value otherwise."""
+    if text is None:
+        return []
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or any(n < 0 for n in sizes):
+        raise ValueError(f"--vocab-sizes must be comma-separated integers >= 0 (0: every trained token), got {text!r}")
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from core import cli_checks as checks
@@ -79,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         checks.check_int_range(args.prompts, "--prompts", 1, 76)
         checks.check_max_new_tokens(args.max_new_tokens)
         checks.check_device_and_threads(args.device, args.threads)
+        sizes = parse_sizes(args.vocab_sizes)
     except ValueError as err:
         return checks.report(err)
     import torch
@@ -87,15 +107,27 @@ def main(argv: list[str] | None = None) -> int:
     from core.decoding import generate
 
     target = checks.target_for_script(args.dtype, args.device, args.threads)
-    drafters = {m: build_drafter(m, target) for m in methods}
+    built = {m: build_drafter(m, target) for m in methods}
+    drafters, vocab_size = {}, {}
+    for m, d in built.items():
+        vocab = getattr(getattr(d, "inner", d), "vocab", None)
+        for size in sizes if sizes and vocab is not None and not vocab.full else [None]:
+            label = m if size is None else f"{m} V'={size}"
+            drafters[label], vocab_size[label] = d, size
+    methods = list(drafters)
     prompts = [target.chat_ids(p) for p in pick_prompts(args.prompts)]
+    def run(m: str, ids: list[int], n: int):
+        if vocab_size[m] is not None:
+            getattr(drafters[m], "inner", drafters[m]).vocab.drafting_size = vocab_size[m]
+        return generate(target, drafters[m], ids, n)
+
     for m in methods:  # warm-up (also sizes `auto` trees: the cost curve is measured or read from its cache)
-        generate(target, drafters[m], prompts[0], 16)
+        run(m, prompts[0], 16)
     floor = cost_curve.matmul_floor_ms(target)
     times = {m: {"draft": [], "verify": [], "tokens": 0, "steps": 0, "wall": 0.0} for m in methods}
     for i, ids in enumerate(prompts):
         for m in methods[i % len(methods):] + methods[:i % len(methods)]:
-            r = generate(target, drafters[m], ids, args.max_new_tokens)
+            r = run(m, ids, args.max_new_tokens)
             t = times[m]
             for e in r.events[1:]:
                 t["draft"].append(e.draft_time)
@@ -148,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     for m in methods if args.cprofile > 0 else ():
         prof = cProfile.Profile()
         prof.enable()
-        generate(target, drafters[m], prompts[0], args.max_new_tokens)
+        run(m, prompts[0], args.max_new_tokens)
         prof.disable()
         print(f"\n--- {m}: {args.cprofile} costliest functions (own time) ---")
         pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(args.cprofile)

@@ -89,3 +89,60 @@ def test_observe_batch_makes_every_label_reachable_in_training(tiny):
     loss, metrics = d.training_loss(batch, 0.0)
     loss.backward()
     assert torch.isfinite(loss) and metrics["top10@1"] > 0
+
+
+def test_drafting_uses_the_top_ranked_tokens_and_training_all_of_them(tiny, monkeypatch):
+    """A conversation drafts over the `drafting_size` top-ranked trained tokens (+ context); a training batch
+    goes back to every trained token; decoding stays lossless on the smaller set."""
+    import core.drafters.draft_vocab as dv
+
+    ranks = {t: i for i, t in enumerate([14, 2, 9, 30, 6, 0])}  # 4 and 22 are unranked: last
+    monkeypatch.setattr(dv, "token_ranks", lambda path=dv.RANKS_FILE: ranks)
+    d = Eagle2Drafter.random(tiny, seed=4, draft_vocab_size=8)
+    d.vocab.set_ids(torch.tensor([0, 2, 4, 6, 9, 14, 22, 30]))
+    d.vocab.drafting_size = 3
+    prompts = tiny_prompts(VOCAB, n=2, length=8, seed=5)
+    assert_greedy_lossless(tiny, lambda: d, prompts, 16, stop_tokens=set())
+    d.begin(tiny, prefill(tiny, [1, 2]))
+    table = d.vocab.table().tolist()
+    assert table[:3] == [2, 9, 14] and set(table[3:]) <= {1, 2} | {prefill(tiny, [1, 2]).bonus}
+    feature = torch.randn(2, tiny.hidden_size)
+    full = tiny.lm_head(tiny.norm(feature)).float()
+    assert torch.allclose(d.vocab.logits(feature), full[:, d.vocab.table()], atol=1e-5)
+    d.observe_batch(torch.tensor([[1, 3]]))  # training: every trained token again
+    assert d.vocab.table().tolist()[:8] == [0, 2, 4, 6, 9, 14, 22, 30] and d.vocab.size == 10
+    assert d.vocab.logits(feature).shape == (2, 10)
+    d.vocab.drafting_size = 0  # 0: draft over every trained token
+    d.begin(tiny, prefill(tiny, [1, 2]))
+    assert d.vocab.table().tolist()[:8] == [0, 2, 4, 6, 9, 14, 22, 30]
+
+
+def test_the_committed_token_ranks_come_from_the_distillation_answers(tmp_path):
+    """assets/drafters/token_ranks.json is what `python -m core.drafters.draft_vocab` writes from the committed data."""
+    import json
+
+    from core.drafters.draft_vocab import RANKS_FILE, main
+
+    committed = json.loads(RANKS_FILE.read_text())
+    out = tmp_path / "ranks.json"
+    assert main(["--distill", committed["source"], "--out", str(out)]) == 0
+    assert json.loads(out.read_text()) == committed
+    ids = committed["ids_by_frequency"]
+    assert len(ids) == len(set(ids)) == 8192 and all(0 <= t < 49152 for t in ids)
+    assert main(["--distill", str(tmp_path / "missing.npz"), "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize("bad", ["", "2048,abc", "-1"])
+def test_profile_drafting_rejects_bad_vocab_sizes_before_loading(bad, capsys):
+    """scripts/profile_drafting.py --vocab-sizes: a one-line error naming the value, before any model loads."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "profile_drafting.py"
+    spec = importlib.util.spec_from_file_location("profile_drafting", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--methods", "eagle2", "--vocab-sizes", bad]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--vocab-sizes" in err and repr(bad) in err
+    assert script.parse_sizes("8192, 2048,0") == [8192, 2048, 0]

@@ -165,17 +165,17 @@ class TrainedDrafter(torch.nn.Module, Drafter):
         raise ValueError(f"{self.name} cannot grow {sorted(larger)}: its architecture is fixed once trained")
 
     # ----- the conversation's tokens join a reduced drafting vocabulary (draft_vocab.py) ----------
-    def _observe(self, token_ids, new_conversation: bool = False) -> None:
+    def _observe(self, token_ids, new_conversation: bool = False, drafting: bool | None = None) -> None:
         vocab = getattr(self, "vocab", None)  # drafters with a DraftVocab (all trained ones here)
         if vocab is not None:
             if new_conversation:
-                vocab.clear_context()
+                vocab.clear_context(drafting)
             vocab.observe(token_ids)
 
     def begin(self, target: Target, prefill) -> None:
         super().begin(target, prefill)
         pack_linears(self)  # inference from here: packed matmuls where they win (core.layers.linear)
-        self._observe(list(prefill.tokens) + [prefill.bonus], new_conversation=True)
+        self._observe(list(prefill.tokens) + [prefill.bonus], new_conversation=True, drafting=True)
 
     def accept(self, step) -> None:
         super().accept(step)
@@ -188,7 +188,7 @@ class TrainedDrafter(torch.nn.Module, Drafter):
     def observe_batch(self, batch_tokens: torch.Tensor) -> None:
         """Training: a batch's own (distinct) tokens stand in for the conversation, a superset of what
         each position could have seen."""
-        self._observe(batch_tokens, new_conversation=True)
+        self._observe(batch_tokens, new_conversation=True, drafting=False)
 
     def check_target(self, target: Target) -> None:
         if self.config.target_fingerprint != target.fingerprint:
