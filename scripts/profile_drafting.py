@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             drafters[label], vocab_size[label] = d, size
     methods = list(drafters)
     prompts = [target.chat_ids(p) for p in pick_prompts(args.prompts)]
+
     def run(m: str, ids: list[int], n: int):
         if vocab_size[m] is not None:
             getattr(drafters[m], "inner", drafters[m]).vocab.drafting_size = vocab_size[m]

@@ -115,6 +115,9 @@ def test_drafting_uses_the_top_ranked_tokens_and_training_all_of_them(tiny, monk
     d.vocab.drafting_size = 0  # 0: draft over every trained token
     d.begin(tiny, prefill(tiny, [1, 2]))
     assert d.vocab.table().tolist()[:8] == [0, 2, 4, 6, 9, 14, 22, 30]
+    d.vocab.drafting_size = 3  # changed between conversations: trained tokens outside the top 3 are context again
+    d.begin(tiny, prefill(tiny, [0, 2]))
+    assert d.vocab.table().tolist()[:3] == [2, 9, 14] and 0 in d.vocab.table().tolist()[3:]
 
 
 def test_the_committed_token_ranks_come_from_the_distillation_answers(tmp_path):

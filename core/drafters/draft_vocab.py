@@ -34,7 +34,7 @@ to their number; the tokens ranked 2,049-8,192 are rarely a drafter's correct
 guess, and those a conversation copies join as context tokens anyway. Measured
 on 16 held-out prompts, one interleaved run, bfloat16 (docs/RESULTS.md,
 "Drafting vocabulary"): tau unchanged within noise for every trained drafter,
-drafting 0.4-1.3 ms a cycle cheaper. The ranking is a data file,
+drafting 0.2-1.3 ms a cycle cheaper. The ranking is a data file,
 assets/drafters/token_ranks.json (`python -m core.drafters.draft_vocab`
 writes it from the distillation answers); a drafter's tokens missing from it
 rank last. Training, and held-out evaluation, always use all V' tokens:
@@ -45,6 +45,7 @@ untouched, so decoding stays lossless.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections import Counter
@@ -58,19 +59,16 @@ from core.target import Target
 
 DRAFTING_SIZE = 2048  # drafting uses this many of the drafter's most frequent tokens (module docstring); 0 = all
 RANKS_FILE = Path(__file__).resolve().parents[2] / "assets" / "drafters" / "token_ranks.json"
-_RANKS: dict[str, dict[int, int]] = {}
 
 
+@functools.cache
 def token_ranks(path: Path = RANKS_FILE) -> dict[int, int]:
-    """token id -> frequency rank (0 = most frequent) from the ranks file, read once; {} if there is none."""
-    key = str(path)
-    if key not in _RANKS:
-        try:
-            ids = json.loads(Path(path).read_text())["ids_by_frequency"]
-        except (OSError, ValueError, KeyError) as err:
-            raise RuntimeError(f"cannot read the drafting vocabulary's token ranks from {path}: {err}") from err
-        _RANKS[key] = {int(t): i for i, t in enumerate(ids)}
-    return _RANKS[key]
+    """token id -> frequency rank (0 = most frequent) from the ranks file, read once per process."""
+    try:
+        ids = json.loads(Path(path).read_text())["ids_by_frequency"]
+    except (OSError, ValueError, KeyError) as err:
+        raise RuntimeError(f"cannot read the drafting vocabulary's token ranks from {path}: {err}") from err
+    return {int(t): i for i, t in enumerate(ids)}
 
 
 def most_frequent(ids: torch.Tensor, n: int, ranks: dict[int, int]) -> torch.Tensor:
@@ -158,7 +156,7 @@ class DraftVocab(torch.nn.Module):
     def clear_context(self, drafting: bool | None = None) -> None:
         """Forget the context tokens (a new conversation, or a new training batch). drafting=True: a conversation
         drafts from here (over the `drafting_size` most frequent tokens); False: training; None: unchanged."""
-        if drafting is not None and drafting != self._drafting:
+        if drafting is not None:  # a new conversation or batch: `drafting_size` may have changed since the last
             self._drafting = drafting
             self._frequent = None
         self._extra: list[int] = []
