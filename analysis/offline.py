@@ -3,6 +3,7 @@
     python -m analysis.offline --prompts 8 --preset 4g --drop 1.0:3.0 --out runs/offline
     python -m analysis.offline --drafter runs/x/moa/final --horizon 24 --dtype float32 --check
     python -m analysis.offline --min-confidence 0 0.1 0.2 0.3     # one run per cut-off, same prompts
+    python -m analysis.offline --bound-from assets/results/moa_ablation/phase15/channels-moa.json
 
 For each held-out evaluation question (the first turn of one question per category, in file
 order) MoA decodes in the simulated client-server split (core.client_server.sim) on a link that
@@ -19,6 +20,15 @@ confirmed at, since offline drafting starts from exactly the state an online cyc
 Timing follows the fixed `CostModel` (not this machine's clock), so a run is reproducible and the
 number of offline tokens does not depend on the CPU. With --check the outputs are compared with
 plain greedy decoding in the same dtype (equal in float32 by construction).
+
+--bound-from runs no model: from a drafter's teacher-forced top-1 accuracy by distance (the JSON that
+analysis.moa_channels writes), it gives the confirmed tokens per drop that accuracy allows, and the accuracy a
+drafter would need for a given number per drop. The target confirms the longest agreeing prefix of the chain,
+so with p_d the chance that the token at distance d is right when the tokens before it are,
+
+    E[confirmed] = sum over k = 1..horizon of p_1 * p_2 * ... * p_k
+
+and with one accuracy p at every distance that is p (1 - p^h) / (1 - p).
 """
 
 from __future__ import annotations
@@ -26,11 +36,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from core.client_server.network import PRESETS, parse_window
 
 DEFAULT_QUESTIONS = "assets/prompts/speclens_eval.jsonl"
+BOUND_HORIZON = 14  # --bound-from without --horizon: the shipped MoA's trained horizon (its period_max)
+RESULTS = Path(__file__).resolve().parent.parent / "assets" / "results"
+SHIPPED_CHANNELS = RESULTS / "moa_ablation" / "phase15" / "channels-moa.json"  # the shipped moa's probe
+SHIPPED_OFFLINE = RESULTS / "moa_ablation" / "phase19" / "offline-horizon-shipped.json"  # its 16-prompt offline run
+TEACHER_FORCED = RESULTS / "teacher_forced.json"  # every drafter's held-out top-1 (analysis.teacher_forced)
 
 
 def pick_questions(path: str | Path, n: int) -> list[dict]:
@@ -47,6 +63,85 @@ def pick_questions(path: str | Path, n: int) -> list[dict]:
                 out.append(qs[depth])
         depth += 1
     return out
+
+
+def expected_confirmed(top1: Sequence[float], horizon: int) -> float:
+    """Expected confirmed prefix of a greedy chain of `horizon` tokens whose token at distance d is right with
+    probability top1[d - 1] given a right prefix; distances past the list take the list's mean."""
+    if not top1:
+        raise ValueError("top1 needs at least one accuracy (distance 1)")
+    mean = sum(top1) / len(top1)
+    total, run = 0.0, 1.0
+    for d in range(horizon):
+        run *= top1[d] if d < len(top1) else mean
+        total += run
+    return total
+
+
+def accuracy_needed(per_drop: float, horizon: int) -> float:
+    """The one top-1 accuracy p (the same at every distance) whose chain of `horizon` tokens is expected to have
+    `per_drop` confirmed tokens (bisection on expected_confirmed, which rises with p)."""
+    if not 0 < per_drop < horizon:
+        raise ValueError(f"per_drop must lie between 0 and the horizon ({horizon}), got {per_drop:g}")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_confirmed([mid], horizon) < per_drop else (lo, mid)
+    return (lo + hi) / 2
+
+
+def bound(channels_json: str | Path, horizon: int, per_drop: float) -> dict:
+    """What a drafter's teacher-forced top-1 by distance allows offline (analysis.moa_channels output)."""
+    top1_by = json.loads(Path(channels_json).read_text())["top1_by_distance"]["normal"]
+    top1 = [top1_by[k] for k in sorted(top1_by, key=int)]
+    return {"channels": str(channels_json), "horizon": horizon, "top1_by_distance": top1,
+            "expected_confirmed_per_drop": round(expected_confirmed(top1, horizon), 3),
+            "per_drop_asked": per_drop, "top1_needed": round(accuracy_needed(per_drop, horizon), 3)}
+
+
+def shipped_bound() -> dict | None:
+    """The shipped MoA's bound (from its committed probe) beside its committed offline run (horizon only, no
+    cut-off); None when either file is missing."""
+    if not (SHIPPED_CHANNELS.is_file() and SHIPPED_OFFLINE.is_file()):
+        return None
+    summaries = json.loads(SHIPPED_OFFLINE.read_text())["summary"]
+    run = next(s for s in (summaries if isinstance(summaries, list) else [summaries]) if not s["min_confidence"])
+    out = bound(SHIPPED_CHANNELS.relative_to(RESULTS.parent.parent), run["horizon"], 3.0)
+    out.update(measured_per_drop=run["confirmed_per_drop"], measured_drops=run["drops"])
+    if TEACHER_FORCED.is_file():  # the best drafter's accuracy, with fresh target features at every step
+        rows = json.loads(TEACHER_FORCED.read_text())["heldout"]["drafters"]
+        held = {m: r["overall"]["acc@1"] for m, r in rows.items()}
+        best = max(held, key=held.get)
+        out.update(best_drafter=best, best_top1=held[best])
+    return out
+
+
+def bound_figure(facts: dict):
+    """Expected confirmed tokens per drop against a drafter's per-token top-1 accuracy (the same at every
+    distance), with the shipped MoA's expected and measured figures and the accuracy `per_drop_asked` needs."""
+    import plotly.graph_objects as go
+
+    h = facts["horizon"]
+    ps = [i / 100 for i in range(1, 96)]
+    fig = go.Figure(go.Scatter(x=ps, y=[expected_confirmed([p], h) for p in ps], mode="lines",
+                               name=f"expected confirmed per drop ({h}-token horizon)",
+                               line={"color": "#495057"}))
+    mean_p = accuracy_needed(facts["expected_confirmed_per_drop"], h)  # the one accuracy with MoA's expectation
+    fig.add_trace(go.Scatter(x=[mean_p], y=[facts["expected_confirmed_per_drop"]], mode="markers",
+                             marker={"size": 12, "color": "#e8590c"},
+                             name=f"MoA, from its accuracy by distance: {facts['expected_confirmed_per_drop']:.2f}"))
+    if "measured_per_drop" in facts:
+        fig.add_trace(go.Scatter(x=[mean_p], y=[facts["measured_per_drop"]], mode="markers",
+                                 marker={"size": 12, "symbol": "x", "color": "#c92a2a"},
+                                 name=f"MoA, measured ({facts['measured_drops']} drops): "
+                                      f"{facts['measured_per_drop']:.2f}"))
+    fig.add_trace(go.Scatter(x=[facts["top1_needed"]], y=[facts["per_drop_asked"]], mode="markers",
+                             marker={"size": 12, "symbol": "diamond", "color": "#2b8a3e"},
+                             name=f"{facts['per_drop_asked']:g} a drop needs top-1 {facts['top1_needed']:.2f}"))
+    fig.update_layout(xaxis_title="drafter's top-1 accuracy per token (given a right prefix)",
+                      yaxis_title="confirmed offline tokens per drop", height=380,
+                      margin={"l": 60, "r": 20, "t": 30, "b": 50}, legend={"x": 0.01, "y": 0.99})
+    return fig
 
 
 def drop_stats(run, drops: list[tuple[float, float]]) -> list[dict]:
@@ -170,6 +265,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--check", action="store_true", help="compare each output with plain greedy decoding")
     p.add_argument("--out", default=None, help="write offline.json here (a folder)")
+    p.add_argument("--bound-from", default=None, metavar="CHANNELS_JSON",
+                   help="no model: the confirmed tokens per drop that this teacher-forced top-1 by distance allows "
+                        "(analysis.moa_channels output), and the accuracy --per-drop would need")
+    p.add_argument("--per-drop", type=float, default=3.0, help="with --bound-from: confirmed tokens per drop asked")
     args = p.parse_args(argv)
     args.drop = args.drop or ["1.0:3.0"]
     try:
@@ -188,11 +287,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--min-confidence must be a probability in [0, 1), got {c:g}")
     if not Path(args.questions).is_file():
         p.error(f"--questions {args.questions}: no such file")
+    if args.bound_from is not None:
+        if not Path(args.bound_from).is_file():
+            p.error(f"--bound-from {args.bound_from}: no such file")
+        if not 0 < args.per_drop < (args.horizon or BOUND_HORIZON):
+            p.error(f"--per-drop must lie between 0 and the horizon ({args.horizon or BOUND_HORIZON}), "
+                    f"got {args.per_drop:g}")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.bound_from is not None:
+        print(json.dumps(bound(args.bound_from, args.horizon or BOUND_HORIZON, args.per_drop)))
+        return 0
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)  # before the run: never lose its output
     result = run(args)

@@ -11,6 +11,7 @@ import html
 
 import gradio as gr
 
+from analysis.offline import bound_figure, shipped_bound
 from core.client_server.client import OFFLINE_MIN_CONFIDENCE, offline_confidence_for
 from core.client_server.figures import METHOD_NAMES, timeline_figure, tokens_figure
 from core.client_server.network import PRESETS, NetworkModel, preset
@@ -105,6 +106,26 @@ STOP_REASONS = {
 }
 
 
+def bound_markdown(facts: dict) -> str:
+    """Why so little offline text is confirmed, in the shipped drafter's own committed figures."""
+    top1 = facts["top1_by_distance"]
+    text = (f"**How much offline text can be confirmed at most.** The server keeps the offline chain up to its first "
+            f"wrong token. If each token is right with probability p once the tokens before it are right, a chain of "
+            f"{facts['horizon']} tokens keeps p + p² + p³ + … of them on average. MoA's top-1 accuracy 1 to "
+            f"{len(top1)} tokens past the last verified one is {min(top1):.2f} to {max(top1):.2f} on held-out answers "
+            f"(`python -m analysis.moa_channels`), so it can expect {facts['expected_confirmed_per_drop']:.2f} "
+            f"confirmed tokens a drop")
+    if "measured_per_drop" in facts:
+        text += f"; the committed offline run measured {facts['measured_per_drop']:.2f}"
+    text += (f". {facts['per_drop_asked']:g} a drop would need a top-1 accuracy of {facts['top1_needed']:.2f} at "
+             f"every distance")
+    if "best_drafter" in facts:
+        text += (f": no drafter here comes close; the best, `{facts['best_drafter']}`, is at {facts['best_top1']:.2f} "
+                 f"(held-out, `python -m analysis.teacher_forced`), with the target's fresh features at every step, "
+                 f"which offline it would not have")
+    return text + ". Longer offline text is not more confirmed text; that is why MoA stops where it is unsure."
+
+
 def offline_stops_markdown(run: dict) -> str:
     """Where MoA stopped writing offline, and why (client.Client records each stop)."""
     parts = []
@@ -190,6 +211,11 @@ def build(ctx: AppContext) -> None:
     timeline_dd = gr.Dropdown([], label="Timeline of", elem_id="cs-timeline-method")
     timeline_plot = gr.Plot(message_figure(NO_RUN), show_label=False, elem_id="cs-timeline")
     texts = gr.HTML(elem_id="cs-texts")
+    facts = shipped_bound()
+    if facts is not None:
+        with gr.Accordion("How much offline text can be confirmed at most?", open=False):
+            gr.Markdown(bound_markdown(facts))
+            gr.Plot(bound_figure(facts), show_label=False, elem_id="cs-bound")
 
     def timeline_for(runs: list[dict], method: str | None):
         run = next((r for r in runs if r["method"] == method), runs[-1] if runs else None)

@@ -197,3 +197,47 @@ def test_real_target_online_roots_predict_what_training_computes():
     assert r["answers"] == 2 and r["cycles"] >= 20
     assert r["same_top1"] >= 0.85
     assert abs(r["teacher_forced"] - r["online"]) <= 0.1
+
+
+def test_confirmed_bound_from_accuracy(tmp_path, capsys):
+    import json
+    import math
+
+    from analysis import offline
+
+    assert offline.expected_confirmed([1.0], 14) == 14  # a drafter that is always right: the whole chain
+    assert offline.expected_confirmed([0.5, 0.2], 2) == pytest.approx(0.5 + 0.1)
+    assert offline.expected_confirmed([0.5, 0.3], 3) == pytest.approx(0.5 + 0.15 + 0.15 * 0.4)  # mean past the list
+    p = 0.6
+    assert offline.expected_confirmed([p], 14) == pytest.approx(p * (1 - p ** 14) / (1 - p))
+    need = offline.accuracy_needed(3.0, 14)
+    assert 0.7 < need < 0.8 and offline.expected_confirmed([need], 14) == pytest.approx(3.0, abs=1e-6)
+    with pytest.raises(ValueError, match="per_drop"):
+        offline.accuracy_needed(14, 14)
+    probe = tmp_path / "channels.json"
+    probe.write_text(json.dumps({"top1_by_distance": {"normal": {"2": 0.5, "1": 0.5}}}))
+    assert offline.main(["--bound-from", str(probe), "--horizon", "4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["expected_confirmed_per_drop"] == pytest.approx(sum(0.5 ** k for k in range(1, 5)), abs=1e-3)
+    assert math.isclose(out["top1_needed"], round(offline.accuracy_needed(3.0, 4), 3))
+    for bad in (["--bound-from", str(tmp_path / "missing.json")], ["--bound-from", str(probe), "--per-drop", "20"]):
+        with pytest.raises(SystemExit):
+            offline.main(bad)
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert bad[-1] in err
+
+
+def test_shipped_bound_agrees_with_the_measured_offline_run():
+    from analysis import offline
+    from demo.tab_client_server import bound_markdown
+
+    facts = offline.shipped_bound()
+    assert facts is not None, "the committed probe or offline run is missing"
+    # the independence model behind the bound explains what the client-server runs measured
+    assert abs(facts["expected_confirmed_per_drop"] - facts["measured_per_drop"]) < 0.25
+    assert facts["best_top1"] < facts["top1_needed"]
+    text = bound_markdown(facts)
+    for figure in (facts["expected_confirmed_per_drop"], facts["measured_per_drop"], facts["top1_needed"]):
+        assert f"{figure:.2f}" in text
+    fig = offline.bound_figure(facts)
+    assert [len(t.x) for t in fig.data][1:] == [1, 1, 1]
