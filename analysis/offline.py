@@ -135,6 +135,12 @@ def bound_figure(facts: dict):
                                  marker={"size": 12, "symbol": "x", "color": "#c92a2a"},
                                  name=f"MoA, measured ({facts['measured_drops']} drops): "
                                       f"{facts['measured_per_drop']:.2f}"))
+    if "best_top1" in facts:
+        best = expected_confirmed([facts["best_top1"]], h)
+        fig.add_trace(go.Scatter(x=[facts["best_top1"]], y=[best], mode="markers",
+                                 marker={"size": 12, "symbol": "square", "color": "#1c7ed6"},
+                                 name=f"best drafter here ({facts['best_drafter']}, fresh target features at "
+                                      f"every step): {best:.2f}"))
     fig.add_trace(go.Scatter(x=[facts["top1_needed"]], y=[facts["per_drop_asked"]], mode="markers",
                              marker={"size": 12, "symbol": "diamond", "color": "#2b8a3e"},
                              name=f"{facts['per_drop_asked']:g} a drop needs top-1 {facts['top1_needed']:.2f}"))

@@ -240,4 +240,4 @@ def test_shipped_bound_agrees_with_the_measured_offline_run():
     for figure in (facts["expected_confirmed_per_drop"], facts["measured_per_drop"], facts["top1_needed"]):
         assert f"{figure:.2f}" in text
     fig = offline.bound_figure(facts)
-    assert [len(t.x) for t in fig.data][1:] == [1, 1, 1]
+    assert [len(t.x) for t in fig.data][1:] == [1, 1, 1, 1]
