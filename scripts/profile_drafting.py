@@ -11,9 +11,13 @@ and, once: this machine's bare-matmul floor and plain decoding's verify pass aga
     python scripts/profile_drafting.py --methods moa --cprofile 25       # + the 25 costliest functions of moa
     python scripts/profile_drafting.py --weights                         # + weight bytes read per cycle
     python scripts/profile_drafting.py --methods eagle2,moa --vocab-sizes 8192,2048   # drafting-vocabulary sizes
+    python scripts/profile_drafting.py --methods ar,eagle2,moa --trees auto,1/4      # tree shapes, interleaved
 
 --vocab-sizes runs each trained drafter once per size of its drafting vocabulary (core.drafters.draft_vocab,
 DRAFTING_SIZE; 0 = every trained token), interleaved with the rest, as rows "method V'=size".
+
+--trees runs each dynamic-tree drafter (EAGLE-2, MoA) once per listed shape, "auto" (sized for this machine,
+then calibrated) or "depth/nodes" (fixed), interleaved with the rest, as rows "method tree=shape".
 
 --weights profiles one more generation per method and adds the weight bytes its drafting and the target's
 passes read, and the rate each streams them at (analysis.weight_traffic says how and why).
@@ -56,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also measure the weight bytes each method's drafting and target pass read per cycle")
     p.add_argument("--vocab-sizes", default=None, metavar="N,N",
                    help="also compare these drafting-vocabulary sizes per trained drafter (0 = all trained tokens)")
+    p.add_argument("--trees", default=None, metavar="SHAPE,SHAPE",
+                   help="also compare these tree shapes per dynamic-tree drafter: auto or depth/nodes (e.g. auto,1/4)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     return p.parse_args(argv)
 
@@ -86,6 +92,22 @@ def parse_sizes(text: str | None) -> list[int]:
     return sizes
 
 
+def parse_trees(text: str | None) -> list[str]:
+    """--trees "auto,1/4" -> ["auto", "1/4"]; a one-line error naming the bad value otherwise."""
+    if text is None:
+        return []
+    shapes = [t.strip() for t in text.split(",") if t.strip()]
+    for t in shapes:
+        depth, _, nodes = t.partition("/")
+        if t != "auto" and not (depth.isdigit() and nodes.isdigit() and 1 <= int(depth) <= int(nodes)):
+            shapes = []
+            break
+    if not shapes:
+        raise ValueError(f"--trees must be comma-separated shapes, each auto or depth/nodes with 1 <= depth <= "
+                         f"nodes (e.g. auto,1/4), got {text!r}")
+    return shapes
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from core import cli_checks as checks
@@ -99,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         checks.check_max_new_tokens(args.max_new_tokens)
         checks.check_device_and_threads(args.device, args.threads)
         sizes = parse_sizes(args.vocab_sizes)
+        shapes = parse_trees(args.trees)
     except ValueError as err:
         return checks.report(err)
     import torch
@@ -107,7 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     from core.decoding import generate
 
     target = checks.target_for_script(args.dtype, args.device, args.threads)
-    built = {m: build_drafter(m, target) for m in methods}
+    built = {}
+    for m in methods:
+        d = build_drafter(m, target)
+        if not (shapes and hasattr(getattr(getattr(d, "inner", d), "config", None), "depth")
+                and not getattr(getattr(d, "inner", d), "tree_paths", None)):  # dynamic trees only
+            built[m] = d
+            continue
+        for shape in shapes:  # one drafter per shape: each keeps its own auto choice and calibration
+            d = d if shape == shapes[0] else build_drafter(m, target)
+            if shape != "auto":
+                depth, nodes = (int(x) for x in shape.split("/"))
+                d.set_options(depth=depth, total_tokens=nodes)
+            built[f"{m} tree={shape}"] = d
     drafters, vocab_size = {}, {}
     for m, d in built.items():
         vocab = getattr(getattr(d, "inner", d), "vocab", None)
@@ -157,11 +192,12 @@ def main(argv: list[str] | None = None) -> int:
           + (f"; plain decoding's pass: {ar['verify_ms']:.2f} ms = {ar['verify_ms'] / floor:.2f}x the floor"
              if ar else ""))
     print(f"{'method':18s} {'tree':9s} {'tau':>5s} {'draft ms':>9s} {'verify ms':>10s} {'draft/verify':>13s} "
-          f"{'tok/s':>7s}")
+          f"{'tok/s':>7s}" + (f" {'speedup':>8s}" if ar else ""))
     for r in rows:
         share = f"{100 * r['draft_share']:.0f}%" if r["draft_share"] is not None else "-"
+        speedup = f" {r['tokens_per_s'] / ar['tokens_per_s']:7.3f}x" if ar and ar["tokens_per_s"] else ""
         print(f"{r['method']:18s} {r['tree'] + ('*' if r['tree_auto'] else ''):9s} {r['tau']:5.2f} "
-              f"{r['draft_ms']:9.2f} {r['verify_ms']:10.2f} {share:>13s} {r['tokens_per_s']:7.2f}")
+              f"{r['draft_ms']:9.2f} {r['verify_ms']:10.2f} {share:>13s} {r['tokens_per_s']:7.2f}{speedup}")
     print("(* = auto tree, sized for this machine by core.cost_curve.choose_tree)")
     if args.weights:
         from analysis.weight_traffic import measure

@@ -135,9 +135,12 @@ def test_the_committed_token_ranks_come_from_the_distillation_answers(tmp_path):
     assert main(["--distill", str(tmp_path / "missing.npz"), "--out", str(out)]) == 2
 
 
-@pytest.mark.parametrize("bad", ["", "2048,abc", "-1"])
-def test_profile_drafting_rejects_bad_vocab_sizes_before_loading(bad, capsys):
-    """scripts/profile_drafting.py --vocab-sizes: a one-line error naming the value, before any model loads."""
+@pytest.mark.parametrize(("option", "bad"), [("--vocab-sizes", ""), ("--vocab-sizes", "2048,abc"),
+                                             ("--vocab-sizes", "-1"), ("--trees", "auto,0/3"), ("--trees", "1/x"),
+                                             ("--trees", "3/2"), ("--trees", ",")])
+def test_profile_drafting_rejects_bad_comparisons_before_loading(option, bad, capsys):
+    """scripts/profile_drafting.py --vocab-sizes / --trees: a one-line error naming the value, before any model
+    loads."""
     import importlib.util
     from pathlib import Path
 
@@ -145,7 +148,8 @@ def test_profile_drafting_rejects_bad_vocab_sizes_before_loading(bad, capsys):
     spec = importlib.util.spec_from_file_location("profile_drafting", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    assert script.main(["--methods", "eagle2", "--vocab-sizes", bad]) == 2
+    assert script.main(["--methods", "eagle2", option, bad]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "--vocab-sizes" in err and repr(bad) in err
+    assert err.count("\n") == 0 and option in err and repr(bad) in err
     assert script.parse_sizes("8192, 2048,0") == [8192, 2048, 0]
+    assert script.parse_trees("auto, 1/4,2/7") == ["auto", "1/4", "2/7"] and script.parse_trees(None) == []
