@@ -106,8 +106,9 @@ def shipped_bound() -> dict | None:
         return None
     summaries = json.loads(SHIPPED_OFFLINE.read_text())["summary"]
     run = next(s for s in (summaries if isinstance(summaries, list) else [summaries]) if not s["min_confidence"])
-    out = bound(SHIPPED_CHANNELS.relative_to(RESULTS.parent.parent), run["horizon"], 3.0)
-    out.update(measured_per_drop=run["confirmed_per_drop"], measured_drops=run["drops"])
+    out = bound(SHIPPED_CHANNELS, run["horizon"], 3.0)  # absolute: the app may run from any directory
+    out.update(channels=str(SHIPPED_CHANNELS.relative_to(RESULTS.parent.parent)),
+               measured_per_drop=run["confirmed_per_drop"], measured_drops=run["drops"])
     if TEACHER_FORCED.is_file():  # the best drafter's accuracy, with fresh target features at every step
         rows = json.loads(TEACHER_FORCED.read_text())["heldout"]["drafters"]
         held = {m: r["overall"]["acc@1"] for m, r in rows.items()}

@@ -96,13 +96,12 @@ def parse_trees(text: str | None) -> list[str]:
     """--trees "auto,1/4" -> ["auto", "1/4"]; a one-line error naming the bad value otherwise."""
     if text is None:
         return []
+    def valid(shape: str) -> bool:
+        depth, _, nodes = shape.partition("/")
+        return shape == "auto" or (depth.isdigit() and nodes.isdigit() and 1 <= int(depth) <= int(nodes))
+
     shapes = [t.strip() for t in text.split(",") if t.strip()]
-    for t in shapes:
-        depth, _, nodes = t.partition("/")
-        if t != "auto" and not (depth.isdigit() and nodes.isdigit() and 1 <= int(depth) <= int(nodes)):
-            shapes = []
-            break
-    if not shapes:
+    if not shapes or not all(valid(t) for t in shapes):
         raise ValueError(f"--trees must be comma-separated shapes, each auto or depth/nodes with 1 <= depth <= "
                          f"nodes (e.g. auto,1/4), got {text!r}")
     return shapes
@@ -111,7 +110,7 @@ def parse_trees(text: str | None) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from core import cli_checks as checks
-    from core.methods import build_drafter, check_method
+    from core.methods import METHODS, build_drafter, check_method, parse_method
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     try:
@@ -132,13 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     target = checks.target_for_script(args.dtype, args.device, args.threads)
     built = {}
     for m in methods:
-        d = build_drafter(m, target)
-        if not (shapes and hasattr(getattr(getattr(d, "inner", d), "config", None), "depth")
-                and not getattr(getattr(d, "inner", d), "tree_paths", None)):  # dynamic trees only
-            built[m] = d
+        base = parse_method(m).base
+        if not (shapes and METHODS[base].trained and base not in cost_curve.STATIC_TREE_METHODS):  # dynamic trees
+            built[m] = build_drafter(m, target)
             continue
         for shape in shapes:  # one drafter per shape: each keeps its own auto choice and calibration
-            d = d if shape == shapes[0] else build_drafter(m, target)
+            d = build_drafter(m, target)
             if shape != "auto":
                 depth, nodes = (int(x) for x in shape.split("/"))
                 d.set_options(depth=depth, total_tokens=nodes)
