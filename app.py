@@ -4,15 +4,18 @@
 
 Tabs are modules under demo/, listed in TABS; each exposes `TITLE` and `build(ctx)` (see demo/common.py).
 The page opens on a finished example (a shipped lesson, demo/lessons.py) while the target loads in a
-background thread started with the server; a status line says how far the load got. Environment: see
-demo/runtime.py (SPECLENS_TINY=1 for a tiny test model) and SPECLENS_CONCURRENCY (default 2). The app listens
-on 127.0.0.1 unless GRADIO_SERVER_NAME says otherwise (a Space sets it). The `/generate` API is documented in
-demo/API.md.
+background thread started with the server; a status line says how far the load got. Every tab opens on content
+from a real run without any model: the lesson, the committed results, the Client-server tab's recorded run
+(scripts/record_client_server.py) and the committed benchmark traces, analysed once at start (Draft failures).
+Environment: see demo/runtime.py (SPECLENS_TINY=1 for a tiny test model) and SPECLENS_CONCURRENCY (default 2).
+The app listens on 127.0.0.1 unless GRADIO_SERVER_NAME says otherwise (a Space sets it). The `/generate` API is
+documented in demo/API.md.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import logging
 import os
 from types import ModuleType
@@ -89,17 +92,21 @@ def build_app(runtime: Runtime | None = None) -> gr.Blocks:
     return demo
 
 
-# Links to "#cost-curve" work from any tab: open the Generate tab, then its cost-curve accordion.
-COST_CURVE_JS = """
+# Links to an accordion ("#cost-curve", "#cs-bound-box") open it and scroll to it; "#cost-curve" works from any tab
+# (it opens the Generate tab first).
+LINK_TABS = {"cost-curve": "Generate", "cs-bound-box": "Client-server"}
+ACCORDION_LINKS_JS = """
 <script>
 document.addEventListener("click", (ev) => {
-  const a = ev.target.closest ? ev.target.closest('a[href="#cost-curve"]') : null;
-  if (!a) return;
+  const a = ev.target.closest ? ev.target.closest('a[href^="#"]') : null;
+  const id = a ? a.getAttribute("href").slice(1) : "";
+  const tabs = LINK_TABS;
+  if (!(id in tabs)) return;
   ev.preventDefault();
-  const tab = [...document.querySelectorAll("[role=tab]")].find((b) => b.innerText.trim() === "Generate");
-  if (tab) tab.click();
+  const tab = [...document.querySelectorAll("[role=tab]")].find((b) => b.innerText.trim() === tabs[id]);
+  if (tab && tab.getAttribute("aria-selected") !== "true") tab.click();
   setTimeout(() => {
-    const box = document.getElementById("cost-curve");
+    const box = document.getElementById(id);
     if (!box) return;
     const head = box.querySelector(".label-wrap");
     if (head && !head.classList.contains("open")) head.click();
@@ -107,12 +114,12 @@ document.addEventListener("click", (ev) => {
   }, 400);
 });
 </script>
-"""
+""".replace("LINK_TABS;", json.dumps(LINK_TABS) + ";")
 
 
 def launch_kwargs() -> dict:
     """Arguments for `launch` that belong to the look of the app (Gradio 6 takes them there)."""
-    return {"css": CSS, "theme": gr.themes.Soft(), "footer_links": ["api", "gradio"], "head": COST_CURVE_JS}
+    return {"css": CSS, "theme": gr.themes.Soft(), "footer_links": ["api", "gradio"], "head": ACCORDION_LINKS_JS}
 
 
 def server_address() -> tuple[str, int]:

@@ -8,6 +8,7 @@ by turn; the chat history holds the earlier turns and the model's own answers)
 and writes to --out:
 
     <method>.jsonl             Spec-Bench answer file (docs/ARCHITECTURE.md, "Formats")
+    run.json                   the run's settings, written before the first answer
     summary.json               per method, overall and per category (analysis.metrics)
     report.html                plotly figures (analysis.report)
     traces/<method>.jsonl.gz   compact step traces for the failure analysis (analysis.failures)
@@ -22,6 +23,11 @@ trained drafter random, `--drafter moa=random` or `--drafter moa=PATH` sets one,
 
     python -m analysis.bench --readme-table runs/bench/summary.json   # markdown table for the README
     python -m analysis.bench --resummarize runs/bench   # summary.json again from traces/ (current metrics)
+
+Every answer is written as soon as it is finished, so a run stopped partway (Ctrl-C, a crash) keeps them:
+`--resummarize` builds summary.json from what is there, and the same command with `--resume` finishes the run,
+skipping finished answers. A folder that holds a run is never written over silently: `--out` on it needs
+`--resume` or `--overwrite`.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from analysis import metrics
 from analysis.traces import TraceWriter, compact_trace
 from core.decoding import generate
 from core.drafters.base import Drafter
+from core.drafters.checkpoint import json_kind
 from core.methods import MethodName, parse_method
 from core.target import Target, add_dtype_argument
 from core.verify import SamplingConfig
@@ -64,7 +71,11 @@ def load_questions(path: str | Path, limit: int | None = None, per_category: int
             try:
                 q = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{n}: not JSON ({err})") from err
+                raise ValueError(f"{path}:{n}: not JSON ({err.msg}); a Spec-Bench question.jsonl has one JSON "
+                                 f"object a line") from None
+            if not isinstance(q, dict):
+                raise ValueError(f"{path}:{n}: expected one JSON object a line (Spec-Bench question.jsonl), got "
+                                 f"{json_kind(q)}")
             turns = q.get("turns")
             if "question_id" not in q or not isinstance(turns, list) or not turns or \
                     not all(isinstance(t, str) for t in turns):
@@ -114,6 +125,7 @@ def run_benchmark(
     report: bool = True,
     plotlyjs: str = "cdn",
     floor: bool = True,
+    resume: bool = False,
 ) -> dict:
     """Run every drafter (label -> Drafter, `ar` among them for speedups) on the questions; write the files.
 
@@ -122,6 +134,8 @@ def run_benchmark(
     floor: also report this machine's bare-matmul floor and cost curve (core.cost_curve; both cached per
     machine, the tiny test target uses the fixed cost model) and, per method, the speedup as a share of the
     ideal one (analysis.metrics).
+    resume: continue the run in out_dir (its run.json, answer files and traces), skipping the finished
+    (method, question) pairs; the machine's floor and cost curve are the ones that run measured.
     Returns the summary dict (also written to out_dir/summary.json).
     """
     out = Path(out_dir)
@@ -137,6 +151,27 @@ def run_benchmark(
         def token_decode(ids: list[int]) -> str:
             return target.tokenizer.decode(list(ids), skip_special_tokens=False)
 
+    config = {
+        "model_id": model_id, "target": target.describe(), "dtype": str(target.dtype).replace("torch.", ""),
+        "device": str(target.device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "max_new_tokens": max_new_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
+        "questions": len(questions), "methods": labels, "baseline": BASELINE,
+        "record": record, "warmup": warmup, "started": time.time(),
+        **(meta or {}),
+    }
+    done: set[tuple[str, object]] = set()
+    records: list[dict] = []
+    if resume:
+        earlier = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))["config"]
+        config["started"] = earlier["started"]
+        config.update({k: earlier[k] for k in ("floor_ms", "cost_curve", "trees_at_start") if k in earlier})
+        records = records_from_traces(out, labels, {q["question_id"]: len(q["turns"]) for q in questions})
+        done = {(r["method"], r["question_id"]) for r in records}
+    else:
+        for stale in [*out.glob("*.jsonl"), *out.glob("traces/*.jsonl.gz"), out / "summary.json", out / "report.html"]:
+            stale.unlink(missing_ok=True)  # main() refuses a used folder without --overwrite
+    _write_run(out, config, questions)
+
     if warmup:
         first = [{"role": "user", "content": questions[0]["turns"][0]}]
         for label in labels:
@@ -144,22 +179,29 @@ def run_benchmark(
                      stop_tokens=stop_tokens)
 
     curve, floor_ms = None, None
-    if floor:  # after the warm-up, before the timed runs
+    if resume and "cost_curve" in config:
+        curve, floor_ms = config["cost_curve"], config["floor_ms"]
+    elif floor:  # after the warm-up, before the timed runs
         from core import cost_curve
 
         curve = cost_curve.curve_for(target)
         floor_ms = cost_curve.matmul_floor_ms(target)
-    answer_files = {label: open(out / f"{label}.jsonl", "w", encoding="utf-8") for label in labels}
-    traces = TraceWriter(out / "traces") if record else None
-    records: list[dict] = []
+        config["floor_ms"] = round(floor_ms, 6)
+        config["cost_curve"] = {k: curve.get(k) for k in ("key", "sizes", "ms", "context")}
+    config.setdefault("trees_at_start", {label: _tree_of(drafters[label]) for label in labels})
+    _write_run(out, config, questions)  # auto trees calibrate as they run: their start is kept
+    answer_files = {label: open(out / f"{label}.jsonl", "a" if resume else "w", encoding="utf-8")
+                    for label in labels}
+    traces = TraceWriter(out / "traces", append=resume) if record else None
     total = len(labels) * sum(len(q["turns"]) for q in questions)
     bar = tqdm(total=total, desc="bench", unit="gen", file=sys.stderr, disable=not progress)
-    trees_at_start = {label: _tree_of(drafters[label]) for label in labels}  # auto trees calibrate as they run
-    t_start = time.time()
+    bar.update(sum(len(q["turns"]) for q in questions for label in labels if (label, q["question_id"]) in done))
     try:
         for qi, q in enumerate(questions):
             order = labels[qi % len(labels):] + labels[:qi % len(labels)]
             for label in order:
+                if (label, q["question_id"]) in done:
+                    continue
                 bar.set_postfix_str(f"q{q['question_id']} {label}")
                 messages: list[dict] = []
                 texts, turn_results, turn_stats, token_ids = [], [], [], []
@@ -195,27 +237,36 @@ def run_benchmark(
         if traces is not None:
             traces.close()
 
-    per_method = metrics.summarize(records, baseline=BASELINE, curve=curve, floor_ms=floor_ms)
-    summary = {
-        "config": {
-            "model_id": model_id, "target": target.describe(), "dtype": str(target.dtype).replace("torch.", ""),
-            "device": str(target.device), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "max_new_tokens": max_new_tokens, "temperature": sampling.temperature, "top_p": sampling.top_p,
-            "questions": len(questions), "methods": labels, "baseline": BASELINE,
-            "record": record, "warmup": warmup, "started": t_start, "seconds": round(time.time() - t_start, 1),
-            "floor_ms": None if floor_ms is None else round(floor_ms, 6),
-            "cost_curve": None if curve is None else {k: curve.get(k) for k in ("key", "sizes", "ms", "context")},
-            "trees": {label: _tree_of(drafters[label]) for label in labels},
-            "trees_at_start": trees_at_start,
-            **(meta or {}),
-        },
-        "categories": list(dict.fromkeys(q["category"] for q in questions)),
-        "methods": {label: per_method[label] for label in labels if label in per_method},
-        "table": metrics.flat_rows({label: per_method[label] for label in labels if label in per_method}),
-        "definitions": metrics.DEFINITIONS,
-    }
-    if (meta or {}).get("command"):
-        summary["command"] = meta["command"]
+    config["seconds"] = round(time.time() - config["started"], 1)
+    config["trees"] = {label: _tree_of(drafters[label]) for label in labels}
+    categories = list(dict.fromkeys(q["category"] for q in questions))
+    return write_summary(out, config, categories, records, report=report, plotlyjs=plotlyjs)
+
+
+RUN_FILE = "run.json"  # a run's settings, written before its first answer (resume and resummarize read them)
+
+
+def _write_run(out: Path, config: dict, questions: Sequence[dict]) -> None:
+    run = {"config": config, "categories": list(dict.fromkeys(q["category"] for q in questions)),
+           "question_ids": [q["question_id"] for q in questions],
+           "question_turns": [len(q["turns"]) for q in questions]}
+    (out / RUN_FILE).write_text(json.dumps(run, indent=1), encoding="utf-8")
+
+
+def write_summary(out: Path, config: dict, categories: list, records: list[dict], report: bool = True,
+                  plotlyjs: str = "cdn", answers: dict | None = None) -> dict:
+    """summary.json (and report.html) from the per-question records: the one place a run's figures are made.
+    answers: {"found", "planned"} for a run stopped partway (--resume still finishes it)."""
+    labels = list(config["methods"])
+    per_method = metrics.summarize(records, baseline=BASELINE, curve=config.get("cost_curve"),
+                                   floor_ms=config.get("floor_ms"))
+    methods = {label: per_method[label] for label in labels if label in per_method}
+    summary = {"config": config, "categories": categories, "methods": methods,
+               "table": metrics.flat_rows(methods), "definitions": metrics.DEFINITIONS}
+    if config.get("command"):
+        summary["command"] = config["command"]
+    if answers is not None:
+        summary["answers"] = answers
     with open(out / "summary.json", "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
     if report:
@@ -225,42 +276,55 @@ def run_benchmark(
     return summary
 
 
-def resummarize(folder: str | Path) -> dict:
-    """Recompute a finished run's summary.json (per-method figures, table, definitions) from its
-    traces/ with the current analysis.metrics, so that a changed definition applies to a committed run
-    without decoding again: the timings are the ones measured then, the machine's floor and cost curve
-    the ones stored in its config. Rewrites summary.json and report.html; returns the new summary."""
+def records_from_traces(folder: Path, labels: Sequence[str], turns_of: Mapping | None = None) -> list[dict]:
+    """The per-question records (as run_benchmark keeps them) of every question whose turns all have traces
+    (turns_of: question id -> its number of turns, where known; a question answered again after a stop keeps its
+    last traces)."""
     from analysis.traces import read_traces
 
-    folder = Path(folder)
-    with open(folder / "summary.json", encoding="utf-8") as f:
-        summary = json.load(f)
-    cfg = summary.get("config", {})
-    labels = list(cfg.get("methods") or summary.get("methods", {}))
-    turns: dict[tuple[str, object], list[dict]] = {}
+    by_turn: dict[tuple[str, object], dict[int, dict]] = {}
     for label in labels:
         path = folder / "traces" / f"{label}.jsonl.gz"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no traces for {label!r} (the run was made with --no-record)")
-        for tr in read_traces(path):
-            turns.setdefault((label, tr["question_id"]), []).append(tr)
+        if path.is_file():
+            for tr in read_traces(path):
+                by_turn.setdefault((label, tr["question_id"]), {})[tr["turn"]] = tr
     records = []
-    for (label, qid), trs in turns.items():
-        trs.sort(key=lambda t: t["turn"])
+    for (label, qid), got in by_turn.items():
+        trs = [got[t] for t in sorted(got)]
+        wanted = (turns_of or {}).get(qid, len(trs))
+        if sorted(got) != list(range(wanted)):
+            continue  # a question stopped between its turns: --resume answers it again
         records.append({"method": label, "question_id": qid, "category": trs[0]["category"],
                         "turn_stats": [metrics.turn_stats(t) for t in trs],
                         "token_ids": [list(t["token_ids"]) for t in trs]})
-    per_method = metrics.summarize(records, baseline=BASELINE, curve=cfg.get("cost_curve"),
-                                   floor_ms=cfg.get("floor_ms"))
-    summary["methods"] = {label: per_method[label] for label in labels if label in per_method}
-    summary["table"] = metrics.flat_rows(summary["methods"])
-    summary["definitions"] = metrics.DEFINITIONS
-    with open(folder / "summary.json", "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
-    from analysis.report import write_report
+    return records
 
-    write_report(summary, folder / "report.html")
-    return summary
+
+def resummarize(folder: str | Path) -> dict:
+    """Recompute a run's summary.json (per-method figures, table, definitions) from its traces/ with the current
+    analysis.metrics, so that a changed definition applies to a committed run without decoding again: the timings
+    are the ones measured then, the machine's floor and cost curve the ones stored in its config. A run stopped
+    partway (no summary.json yet) is summarised from the answers it finished (its run.json gives the settings);
+    `summary["answers"]` says how many of how many. Rewrites summary.json and report.html; returns the summary."""
+    folder = Path(folder)
+    if (folder / RUN_FILE).is_file():
+        base = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+        if (folder / "summary.json").is_file():  # the config as the finished run completed it (its trees)
+            base["config"] = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["config"]
+        planned = len(base["config"]["methods"]) * len(base["question_ids"])
+        turns_of = dict(zip(base["question_ids"], base["question_turns"]))
+    elif (folder / "summary.json").is_file():  # a run made before run.json existed: finished
+        base = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        planned, turns_of = None, None
+    else:
+        raise FileNotFoundError(f"{folder}: neither summary.json nor {RUN_FILE} (not a benchmark run folder)")
+    cfg = base.get("config", {})
+    labels = list(cfg.get("methods") or base.get("methods", {}))
+    if cfg.get("record") is False or not (folder / "traces").is_dir():
+        raise FileNotFoundError(f"{folder}/traces: no traces (the run was made with --no-record)")
+    records = records_from_traces(folder, labels, turns_of)
+    answers = None if planned is None or len(records) >= planned else {"found": len(records), "planned": planned}
+    return write_summary(folder, cfg, base.get("categories", []), records, answers=answers)
 
 
 def floor_table(summary: dict) -> str:
@@ -399,7 +463,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-id", default=None, help="model_id prefix in the answer files")
     p.add_argument("--plotlyjs", choices=["cdn", "inline"], default="cdn",
                    help="report.html loads plotly.js from its CDN (small file) or embeds it (works offline)")
-    p.add_argument("--out", help="output folder")
+    p.add_argument("--out", help="output folder (one that holds a run needs --resume or --overwrite)")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="finish the run in --out (same command), skipping the answers it has")
+    again.add_argument("--overwrite", action="store_true", help="clear the run in --out first")
     p.add_argument("--readme-table", metavar="SUMMARY_JSON", default=None,
                    help="print a markdown table of an existing summary.json and exit")
     p.add_argument("--resummarize", metavar="FOLDER", default=None,
@@ -432,6 +500,56 @@ def check_args(args: argparse.Namespace, labels: Sequence[str], specs: Mapping[s
         checks.check_drafter_folder(spec, f"--drafter (for {label})")
         check_method(method, spec, **opts)
     checks.check_output_dir(args.out, "--out")
+    check_run_folder(Path(args.out), args.resume, args.overwrite)
+
+
+def check_run_folder(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to write over a run silently: a folder holding one needs --resume (whose run.json must exist) or
+    --overwrite; --resume on a folder without a run is refused too."""
+    from core import cli_checks as checks
+
+    answers = list(out.glob("*.jsonl"))
+    held = [n for n in (RUN_FILE, "summary.json") if (out / n).is_file()] + ([f"{len(answers)} answer file(s)"]
+                                                                             if answers else [])
+    if resume:
+        if not (out / RUN_FILE).is_file():
+            raise checks.UsageError(f"--resume: {out} holds no run to finish (no {RUN_FILE}); drop --resume")
+        summary = out / "summary.json"
+        if summary.is_file() and "answers" not in json.loads(summary.read_text(encoding="utf-8")):
+            raise checks.UsageError(f"--resume: the run in {out} is finished (summary.json); use --overwrite to "
+                                    f"run it again")
+    elif held and not overwrite:
+        raise checks.UsageError(f"--out {out} already holds a run ({', '.join(held)}): add --resume to finish it "
+                                f"or --overwrite to replace it, or choose another folder")
+
+
+def check_context(target: Target, questions: Sequence[dict], max_new_tokens: int, where: str) -> None:
+    """Every question fits the target's positions: its user turns through the chat template plus max_new_tokens
+    an answer (ValueError naming the question, before any answer is generated)."""
+    for q in questions:
+        messages = [m for turn in q["turns"] for m in ({"role": "user", "content": turn},
+                                                        {"role": "assistant", "content": ""})]
+        need = len(target.chat_ids(messages[:-1])) + max_new_tokens * len(q["turns"])
+        if need > target.max_positions:
+            raise ValueError(f"{where}: question {q['question_id']} needs about {need} positions ({len(q['turns'])} "
+                             f"turn(s) + {max_new_tokens} new tokens each), over the target's {target.max_positions};"
+                             f" shorten it or lower --max-new-tokens")
+
+
+def check_resume(out: Path, meta: dict, labels: Sequence[str], questions: Sequence[dict],
+                 args: argparse.Namespace) -> None:
+    """--resume continues only the same run: the settings that shape its figures must match run.json."""
+    earlier = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+    cfg = earlier["config"]
+    now = {"methods": list(labels), "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+           "top_p": args.top_p, "questions_file": str(args.questions), "tree_mode": args.trees,
+           "question_ids": [q["question_id"] for q in questions], "record": not args.no_record}
+    then = {**{k: cfg.get(k) for k in now}, "question_ids": earlier.get("question_ids")}
+    differ = [f"{k} {then[k]!r} then, {now[k]!r} now" for k in now if then[k] != now[k]]
+    if differ:
+        raise ValueError(f"--resume: the run in {out} was made with other settings: {'; '.join(differ)[:300]}")
+    if not now["record"]:
+        raise ValueError("--resume needs the run's traces; a --no-record run cannot be resumed (use --overwrite)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -441,10 +559,13 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             summary = resummarize(args.resummarize)
-        except (OSError, json.JSONDecodeError, KeyError) as err:
+        except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
             print(f"error: --resummarize {args.resummarize}: {getattr(err, 'strerror', None) or err}",
                   file=sys.stderr)
             return 2
+        if "answers" in summary:
+            print(f"partial run: summarised {summary['answers']['found']} of {summary['answers']['planned']} "
+                  f"answers (finish it with the same command and --resume)", file=sys.stderr)
         print(readme_table(summary))
         print()
         print(floor_table(summary))
@@ -455,11 +576,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with open(args.readme_table, encoding="utf-8") as f:
                 summary = json.load(f)
-        except (OSError, json.JSONDecodeError) as err:
+            if not isinstance(summary, dict) or not isinstance(summary.get("methods"), dict):
+                raise ValueError(f"not a benchmark summary.json (it holds {json_kind(summary)} without 'methods')")
+            table = readme_table(summary)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             print(f"error: --readme-table {args.readme_table}: {getattr(err, 'strerror', None) or err}",
                   file=sys.stderr)
             return 2
-        print(readme_table(summary))
+        print(table)
         return 0
     from core import cli_checks as checks
 
@@ -480,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         print(f"loading target ({args.dtype})...", file=sys.stderr)
         target = checks.load_target_cleanly(args.target, args.dtype, args.device)
+        check_context(target, questions, args.max_new_tokens, args.questions)
         drafters, sources = build_drafters(target, labels, specs, args.drafter_dir)
         if args.trees == "fixed":
             for d in drafters.values():
@@ -490,9 +615,14 @@ def main(argv: list[str] | None = None) -> int:
         return checks.report(f"{err.filename or args.questions}: {err.strerror or err}")
     meta = {"questions_file": str(args.questions), "drafters": sources, "tree_mode": args.trees,
             "command": "python -m analysis.bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))}
+    if args.resume:
+        try:
+            check_resume(Path(args.out), meta, labels, questions, args)
+        except ValueError as err:
+            return checks.report(err)
     summary = run_benchmark(target, drafters, questions, args.out, max_new_tokens=args.max_new_tokens,
                             sampling=sampling, record=not args.no_record, warmup=not args.no_warmup,
-                            model_id=args.model_id, meta=meta, plotlyjs=args.plotlyjs)
+                            model_id=args.model_id, meta=meta, plotlyjs=args.plotlyjs, resume=args.resume)
     from analysis.report import readme_table
 
     print(readme_table(summary))

@@ -18,22 +18,29 @@ The drafter's own top-10 at a rejection comes from the event extras
 [root, nodes...] (like the trace's row_top), each a list of [token, prob];
 a list with one entry per node is read as the top-10 at that node's position;
 {"tokens": [...], "probs": [...]} rows are accepted too.
+
+Every --traces file is read and checked before anything is computed (load_trace_file): a file that is
+missing, not text, not JSON or not step traces, and --bins outside 1..MAX_BINS, end in one `error:` line.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 import sys
 import unicodedata
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.traces import read_traces, token_text_decoder
+from core import cli_checks as checks
 
 KINDS = ("word_start", "word_piece", "punctuation", "number", "whitespace", "code_symbol")
 
@@ -385,6 +392,65 @@ def topk_comparison_figure(record: dict, decode: Callable[[list[int]], str]) -> 
 
 
 # ----- command line ------------------------------------------------------------------------------
+TRACE_FILES = "a .jsonl.gz from analysis.bench (its traces/ folder) or a .json from core.generate --trace"
+MAX_BINS = 1000
+EVENT_KEYS = ("step", "accepted", "bonus", "tree")
+TREE_KEYS = ("tokens", "parents", "draft_probs")
+
+
+def _trace_problem(trace: object) -> str | None:
+    """What keeps one record from being a step trace (None: it is one). Checks the fields the analysis reads,
+    so that a file of another kind is refused in one line instead of failing halfway through."""
+    if not isinstance(trace, dict):
+        return f"is a JSON {type(trace).__name__}, not an object with 'events'"
+    events = trace.get("events")
+    if not isinstance(events, list):
+        keys = ", ".join(map(str, list(trace)[:6])) or "none"
+        return f"has no 'events' list (its keys: {keys})"
+    for i, ev in enumerate(events):
+        missing = [k for k in EVENT_KEYS if k not in ev] if isinstance(ev, dict) else list(EVENT_KEYS)
+        tree = ev.get("tree") if isinstance(ev, dict) else None
+        if not missing and isinstance(tree, dict):
+            missing = [f"tree.{k}" for k in TREE_KEYS if not isinstance(tree.get(k), list)]
+        elif not missing:
+            missing = ["tree"]
+        if missing:
+            return f"event {i} lacks {', '.join(missing)}"
+    return None
+
+
+def load_trace_file(path: str, flag: str = "--traces") -> list[dict]:
+    """Every trace in `path`, checked: a file that is missing, not text, not JSON, or not step traces is a
+    one-line ValueError (cli_checks.UsageError) naming the file, the record and what is expected."""
+    where = f"{flag} {path}"
+    p = Path(path)
+    if p.is_dir():
+        raise checks.UsageError(f"{where}: that is a folder; give {TRACE_FILES}")
+    if not p.is_file():
+        raise checks.UsageError(f"{where}: no such file; give {TRACE_FILES}")
+    traces: list[dict] = []
+    try:
+        for record in read_traces(p):
+            traces.append(record)
+    except UnicodeDecodeError:
+        raise checks.UsageError(f"{where}: not a text file (not UTF-8, or not gzip); give {TRACE_FILES}") from None
+    except json.JSONDecodeError as err:
+        raise checks.UsageError(f"{where}: not a trace file: record {len(traces) + 1} is not JSON ({err.msg}); "
+                                f"give {TRACE_FILES}") from None
+    except (gzip.BadGzipFile, zlib.error, EOFError) as err:
+        raise checks.UsageError(f"{where}: not a gzip file ({checks.one_line(err)}); give {TRACE_FILES}") from None
+    except OSError as err:
+        raise checks.UsageError(f"{where}: cannot be read ({err.strerror or err})") from None
+    if not traces:
+        raise checks.UsageError(f"{where}: holds no complete trace record (one JSON object with 'events' a line); "
+                                f"give {TRACE_FILES}")
+    for i, trace in enumerate(traces, 1):
+        problem = _trace_problem(trace)
+        if problem:
+            raise checks.UsageError(f"{where}: not a trace file: record {i} {problem}; give {TRACE_FILES}")
+    return traces
+
+
 def _load_tokenizer_decode() -> Callable[[list[int]], str] | None:
     try:
         from transformers import AutoTokenizer
@@ -410,14 +476,25 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--traces", required=True, nargs="+", help="trace files (.jsonl.gz from analysis.bench, "
                                                                   "or a .json from core.generate --trace)")
-    p.add_argument("--bins", type=int, default=10)
+    p.add_argument("--bins", type=int, default=10, help=f"calibration bins: 1 to {MAX_BINS} (default 10)")
     p.add_argument("--out", default=None, help="write the aggregates (and every rejection) as JSON here")
     args = p.parse_args(argv)
-    traces = [t for path in args.traces for t in read_traces(path)]
+    try:  # every value and every file, before the tokenizer loads or anything is computed
+        checks.check_int_range(args.bins, "--bins", 1, MAX_BINS)
+        checks.check_output_file(args.out, "--out")
+        traces = [t for path in args.traces for t in load_trace_file(path)]
+    except ValueError as err:
+        return checks.report(err)
     decode = None
     if any("token_text" not in t for t in traces):
         decode = _load_tokenizer_decode()
-    result = analyze(traces, decode, args.bins)
+    try:  # the fields were checked; values of the wrong kind inside them (a bonus that is not a token id, an
+        # accepted node past the tree) still end in one line
+        result = analyze(traces, decode, args.bins)
+        rejected = [r for t in traces for r in rejections(t, decode)] if args.out else []
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        return checks.report(f"--traces: a trace does not have the expected fields and values "
+                             f"({type(err).__name__}: {checks.one_line(err, 120)}); give {TRACE_FILES}")
     print(f"{len(traces)} traces: {result['tested']} tested draft tokens, {result['accepted']} accepted, "
           f"{result['rejected']} rejected")
     _print_table("acceptance by token kind", result["by_kind"])
@@ -439,7 +516,6 @@ def main(argv: list[str] | None = None) -> int:
     for c in result["top_confusions"][:10]:
         print(f"  {c['draft_text']!r:>16} -> {c['target_text']!r:<16} x{c['count']}")
     if args.out:
-        rejected = [r for t in traces for r in rejections(t, decode)]
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump({**result, "rejections": rejected}, f, ensure_ascii=False)
         print(f"\nwrote {args.out}", file=sys.stderr)

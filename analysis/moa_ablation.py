@@ -10,7 +10,7 @@ every label on the held-out evaluation questions (tau, acceptance by depth, toke
 drafting time per cycle); then `analysis.offline` runs each N=0 candidate in the simulated
 client-server split with a dropped link (confirmed offline tokens per drop). The table names
 each row's architecture from its config.json, so that it stands as the evidence for the
-shipped choice (docs/RESULTS.md, "MoA ablation").
+shipped choice (docs/RESULTS.md, "What MoA shows").
 """
 
 from __future__ import annotations

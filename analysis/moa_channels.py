@@ -15,6 +15,13 @@ greedy token by distance from the last verified position, three ways:
     no_final_feature  (drafters with final_feature only) the projected final feature set to zero:
                  what the feature of the last verified token adds
 
+`--probe` (the memory probe) asks whether the target's state survives on its way into CA: on held-out answers it
+fits a ridge-regularised linear read of the target's normed final feature at each answer position from (a) the raw
+per-layer keys and values LSA reads there (K+V, every layer), (b) the LSA memory row of that position, (c) CA's values
+of that row, and reports R^2 (variance explained on sequences the fit never saw) and the top-1 agreement of the read
+feature's LM-head argmax with the target's. (a) is what the target hands over; a row that keeps the state reads
+close to it. With it come top-1 by distance with CA on and off, and where CA looks (`ca_attention`).
+
 If CA carried what EAGLE-2's feature carries, accuracy at distance 1 would sit well above
 distance 6 and far above `no_ca`. The gap between `normal` and `no_ca` is what the target's
 activations add. `ca_attention` says where cross-attention looks: how peaked its weights are, how much
@@ -33,21 +40,41 @@ from types import SimpleNamespace
 DISTANCES = 8
 
 
-def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0) -> dict:
-    import torch
+READ_SPLIT = (0.5, 0.25)  # of the sequences: fit the read, choose its ridge strength; the rest report it
+RIDGE = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)  # ridge strengths tried, in units of the features' mean variance
 
+
+def load_moa(drafter_path: str | None, dtype: str):
+    """(target, MoA drafter, a note naming it): the shipped drafter unless a folder is given."""
     from core.client_server.models import make_drafter, make_target
-    from core.training.data import collate, make_sequences, target_batch
+
+    target = make_target("smollm2", dtype)
+    d, note = make_drafter("moa", target, drafter_path, {})
+    d.eval()
+    return target, d, note
+
+
+def heldout_sequences(data: str, sequences: int) -> list:
+    from core.training.data import make_sequences
     from core.training.distill_data import load_distill
 
-    target = make_target("smollm2", "bfloat16")
-    d, note = make_drafter("moa", target, drafter_path, {})
-    held = load_distill(data, split="heldout")[:sequences]
-    seqs = make_sequences(held, 512)
+    return make_sequences(load_distill(data, split="heldout")[:sequences], 512)
+
+
+def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0, dtype: str = "float32",
+          memory: bool = False) -> dict:
+    import torch
+
+    from core.training.data import collate, target_batch
+
+    target, d, note = load_moa(drafter_path, dtype)
+    seqs = heldout_sequences(data, sequences)
     out = {}
-    variants = ["normal", "no_ca", "layers_shuffled", "positions_shuffled"]
-    if d.config.final_feature:
-        variants.append("no_final_feature")
+    variants = ["normal", "no_ca"]
+    if not memory:  # the memory probe keeps to what it reports; the full channel analysis shuffles inputs too
+        variants += ["layers_shuffled", "positions_shuffled"]
+        if d.config.final_feature:
+            variants.append("no_final_feature")
     for variant in variants:
         hits = torch.zeros(DISTANCES + 1)
         counts = torch.zeros(DISTANCES + 1)
@@ -83,8 +110,87 @@ def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0) ->
                 counts[k] += m.sum()
         out[variant] = {k: round(float(hits[k] / counts[k]), 4) if counts[k] else None
                         for k in range(1, DISTANCES + 1)}
-    return {"drafter": drafter_path or note, "sequences": len(seqs), "data": data,
-            "top1_by_distance": out, **forward_statistics(d, target, seqs)}
+    result = {"drafter": drafter_path or note, "sequences": len(seqs), "data": data, "dtype": dtype,
+              "top1_by_distance": out, **forward_statistics(d, target, seqs)}
+    if memory:
+        result["memory_reads"] = memory_reads(d, target, seqs)
+        result["ca_worth_at_distance_1"] = round(out["normal"][1] - out["no_ca"][1], 4)
+    return result
+
+
+def memory_reads(d, target, seqs, batch: int = 4) -> dict:
+    """Linear reads of the target's normed final feature at each answer position from the raw K+V, the LSA
+    memory row and CA's values there: R^2 and top-1 on held-out sequences (module docstring)."""
+    import torch
+
+    from core.training.data import collate, target_batch
+
+    sources: dict[str, list] = {"raw_kv": [], "lsa_memory": [], "ca_values": []}
+    truth, group = [], []
+    h = target.hidden_size
+    with torch.no_grad():
+        for i in range(0, len(seqs), batch):
+            idx = list(range(i, min(i + batch, len(seqs))))
+            ids, loss, attn = collate(seqs, idx, target.device)
+            tb = target_batch(target, d.train_needs, ids, loss.float(), attn.float())
+            b, t = ids.shape
+            keep = (loss.bool() & attn.bool()).reshape(-1)
+            kv = tb.layer_kv.reshape(b * t, tb.layer_kv.shape[2], -1)
+            final = tb.hidden[d.config.n_target_layers].reshape(b * t, -1) if d.config.final_feature else None
+            vec, _ = d.lsa(kv, final=final)
+            vec = vec[:, :h].view(b, t, h)
+            pos = torch.arange(t)[None].expand(b, t)
+            cos, sin = d._rope(pos)
+            _, values = d.memory(vec, cos, sin)  # [B, kv_heads, T, D]: values carry no rotation
+            values = values.transpose(1, 2).reshape(b * t, -1)
+            sources["raw_kv"].append(kv.reshape(b * t, -1)[keep].float())
+            sources["lsa_memory"].append(vec.reshape(b * t, -1)[keep].float())
+            sources["ca_values"].append(values[keep].float())
+            normed = target.final_norm(tb.hidden[d.config.n_target_layers]).reshape(b * t, -1)[keep].float()
+            truth.append(normed)
+            group.append(torch.tensor(idx).repeat_interleave(t)[keep])
+    y, g = torch.cat(truth), torch.cat(group)
+    n = len(seqs)
+    fit_n, val_n = max(1, round(READ_SPLIT[0] * n)), max(1, round(READ_SPLIT[1] * n))
+    parts = (g < fit_n, (g >= fit_n) & (g < fit_n + val_n), g >= fit_n + val_n)
+    if not all(bool(p.any()) for p in parts):
+        raise ValueError(f"the memory probe needs at least 3 held-out sequences with answers, got {n}")
+    w = target.lm_head.weight.float()
+    true_top = (y[parts[2]] @ w.T).argmax(-1)
+    out = {"positions": {"fit": int(parts[0].sum()), "choose": int(parts[1].sum()), "report": int(parts[2].sum())}}
+    for name, chunks in sources.items():
+        x = torch.cat(chunks)
+        pred, lam = ridge_read(x, y, parts)
+        resid = ((pred - y[parts[2]]) ** 2).sum()
+        total = ((y[parts[2]] - y[parts[2]].mean(0)) ** 2).sum()
+        out[name] = {"r2": round(float(1 - resid / total), 4),
+                     "top1": round(float(((pred @ w.T).argmax(-1) == true_top).float().mean()), 4),
+                     "width": int(x.shape[1]), "ridge": lam}
+    return out
+
+
+def ridge_read(x, y, parts) -> tuple:
+    """Ridge regression y ~ x + b fitted on parts[0], its strength chosen on parts[1] (lowest squared error);
+    returns (the prediction on parts[2], the chosen strength in units of the features' mean variance)."""
+    import torch
+
+    fit, choose, report = parts
+    mu, sd = x[fit].mean(0), x[fit].std(0).clamp_min(1e-6)
+    z = (x - mu) / sd
+    y_mu = y[fit].mean(0)
+    a, target = z[fit].double(), (y[fit] - y_mu).double()
+    primal = a.shape[1] <= a.shape[0]  # solve on the smaller side: features x features, or positions x positions
+    evals, evecs = torch.linalg.eigh(a.T @ a if primal else a @ a.T)  # once: each strength is then a rescaling
+    proj = evecs.T @ (a.T @ target if primal else target)
+    best = None
+    for lam in RIDGE:
+        solved = evecs @ (proj / (evals + lam * len(a))[:, None])
+        coef = (solved if primal else a.T @ solved).float()
+        err = float(((z[choose] @ coef + y_mu - y[choose]) ** 2).sum())
+        if best is None or err < best[0]:
+            best = (err, lam, coef)
+    _, lam, coef = best
+    return z[report] @ coef + y_mu, lam
 
 
 def forward_statistics(d, target, seqs, n: int = 4, period: int = 8) -> dict:
@@ -138,7 +244,7 @@ def ca_attention(d, target, seqs, n: int = 4, period: int = 8, parts: SimpleName
     b, t = f.ids.shape
     with torch.no_grad():
         sa_out = f.sa_out if f.shortcut is None else f.sa_out + f.shortcut
-        k, _ = d.ca.memory(f.vec, cos, sin)
+        k, _ = d.memory(f.vec, cos, sin)
         q = d.ca.q_proj(d.ca_norm(sa_out)).view(b, t, d.ca.heads, d.ca.head_dim).transpose(1, 2)
         q, _ = apply_rotary_pos_emb(q, q, cos, sin)
         k = k.repeat_interleave(d.ca.heads // d.ca.kv_heads, dim=1)
@@ -169,7 +275,7 @@ def stream_spread(d, target, seqs, n: int = 4, period: int = 8, parts: SimpleNam
         if f.shortcut is not None:
             parts["final_feature"] = f.shortcut
             stream = stream + f.shortcut
-        mem_k, mem_v = d.ca.memory(f.vec, f.cos, f.sin)
+        mem_k, mem_v = d.memory(f.vec, f.cos, f.sin)
         parts["ca"] = d.ca(d.ca_norm(stream), f.cos, f.sin, mem_k, mem_v, f.ca_mask[:, None])
         stream = stream + parts["ca"]
         if d.config.ca_mlp:
@@ -185,16 +291,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sequences", type=int, default=24, help="held-out sequences (at most)")
     p.add_argument("--data", default="assets/distill_v5/distill.npz")
     p.add_argument("--out", default=None, help="write the result as JSON to this file")
+    p.add_argument("--probe", action="store_true",
+                   help="the memory probe: linear reads of the target's state from K+V, LSA memory and CA values, "
+                        "top-1 by distance with CA on and off, CA's weight on the last verified row")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="the target's dtype")
     args = p.parse_args(argv)
-    if args.sequences < 1:
-        p.error(f"--sequences must be at least 1, got {args.sequences}")
+    if args.sequences < (3 if args.probe else 1):
+        p.error(f"--sequences must be at least {3 if args.probe else 1}, got {args.sequences}")
     if not Path(args.data).exists():
         p.error(f"--data {args.data}: no such file")
     if args.drafter and not (Path(args.drafter) / "config.json").is_file():
         p.error(f"--drafter {args.drafter}: no config.json there")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    result = probe(args.drafter, args.sequences, args.data)
+    result = probe(args.drafter, args.sequences, args.data, dtype=args.dtype, memory=args.probe)
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).write_text(text + "\n")

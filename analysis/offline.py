@@ -3,7 +3,7 @@
     python -m analysis.offline --prompts 8 --preset 4g --drop 1.0:3.0 --out runs/offline
     python -m analysis.offline --drafter runs/x/moa/final --horizon 24 --dtype float32 --check
     python -m analysis.offline --min-confidence 0 0.1 0.2 0.3     # one run per cut-off, same prompts
-    python -m analysis.offline --bound-from assets/results/moa_ablation/phase15/channels-moa.json
+    python -m analysis.offline --bound-from assets/results/moa/feature_gain/channels-moa.json
 
 For each held-out evaluation question (the first turn of one question per category, in file
 order) MoA decodes in the simulated client-server split (core.client_server.sim) on a link that
@@ -35,17 +35,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from core import cli_checks as checks
+from core.client_server.client import OFFLINE_MIN_CONFIDENCE
 from core.client_server.network import PRESETS, parse_window
 
 DEFAULT_QUESTIONS = "assets/prompts/speclens_eval.jsonl"
 BOUND_HORIZON = 14  # --bound-from without --horizon: the shipped MoA's trained horizon (its period_max)
 RESULTS = Path(__file__).resolve().parent.parent / "assets" / "results"
-SHIPPED_CHANNELS = RESULTS / "moa_ablation" / "phase15" / "channels-moa.json"  # the shipped moa's probe
-SHIPPED_OFFLINE = RESULTS / "moa_ablation" / "phase19" / "offline-horizon-shipped.json"  # its 16-prompt offline run
+SHIPPED_CHANNELS = RESULTS / "moa" / "feature_gain" / "channels-moa.json"  # the shipped moa's probe
+SHIPPED_OFFLINE = RESULTS / "moa" / "long_horizon" / "offline-horizon-shipped.json"  # its 16-prompt offline run
 TEACHER_FORCED = RESULTS / "teacher_forced.json"  # every drafter's held-out top-1 (analysis.teacher_forced)
 
 
@@ -90,10 +93,42 @@ def accuracy_needed(per_drop: float, horizon: int) -> float:
     return (lo + hi) / 2
 
 
+def read_top1_by_distance(channels_json: str | Path, flag: str = "--bound-from") -> list[float]:
+    """The teacher-forced top-1 accuracy at distance 1, 2, ... from analysis.moa_channels' JSON
+    ({"top1_by_distance": {"normal": {"1": p1, "2": p2, ...}}}); a file of any other kind or shape is a
+    one-line ValueError (cli_checks.UsageError) that names it and what was expected."""
+    where = f"{flag} {channels_json}"
+    want = "give the channels JSON that analysis.moa_channels writes"
+    try:
+        data = json.loads(Path(channels_json).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise checks.UsageError(f"{where}: not a text file (not UTF-8); {want}") from None
+    except json.JSONDecodeError as err:
+        raise checks.UsageError(f"{where}: not JSON ({err.msg} at line {err.lineno}); {want}") from None
+    except OSError as err:
+        raise checks.UsageError(f"{where}: cannot be read ({err.strerror or err}); {want}") from None
+    by = data.get("top1_by_distance") if isinstance(data, dict) else None
+    top1_by = by.get("normal") if isinstance(by, dict) else None
+    if not isinstance(top1_by, dict) or not top1_by:
+        held = f"a JSON {type(data).__name__}" if not isinstance(data, dict) else \
+            f"keys {', '.join(map(str, list(data)[:6])) or '(none)'}"
+        raise checks.UsageError(f"{where}: no top1_by_distance.normal accuracies (the file holds {held}); {want}")
+    expected = [str(d) for d in range(1, len(top1_by) + 1)]
+    if sorted(top1_by, key=lambda k: (len(k), k)) != expected:
+        raise checks.UsageError(f"{where}: top1_by_distance.normal must have the distances 1 to {len(top1_by)} "
+                                f"as keys, got {', '.join(list(top1_by)[:8])}; {want}")
+    top1 = [top1_by[k] for k in expected]
+    for k, v in zip(expected, top1):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+            raise checks.UsageError(f"{where}: top1_by_distance.normal[{k!r}] must be an accuracy in [0, 1], "
+                                    f"got {json.dumps(v)[:40]}; {want}")
+    return [float(v) for v in top1]
+
+
 def bound(channels_json: str | Path, horizon: int, per_drop: float) -> dict:
-    """What a drafter's teacher-forced top-1 by distance allows offline (analysis.moa_channels output)."""
-    top1_by = json.loads(Path(channels_json).read_text())["top1_by_distance"]["normal"]
-    top1 = [top1_by[k] for k in sorted(top1_by, key=int)]
+    """What a drafter's teacher-forced top-1 by distance allows offline (analysis.moa_channels output;
+    read_top1_by_distance checks it)."""
+    top1 = read_top1_by_distance(channels_json)
     return {"channels": str(channels_json), "horizon": horizon, "top1_by_distance": top1,
             "expected_confirmed_per_drop": round(expected_confirmed(top1, horizon), 3),
             "per_drop_asked": per_drop, "top1_needed": round(accuracy_needed(per_drop, horizon), 3)}
@@ -265,10 +300,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(default: the drafter's trained period_max)")
     p.add_argument("--min-confidence", type=float, nargs="+", default=None, metavar="P",
                    help="stop offline where the drafter's probability for the provisional chain falls below P "
-                        "(in [0, 1); default 0.2; several: one summary each)")
+                        f"(in [0, 1); default {OFFLINE_MIN_CONFIDENCE:g}; several: one summary each)")
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=str, default=0, metavar="N",
+                   help=f"seed of the link model: a whole number from 0 to {checks.SEED_MAX}; default 0")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--check", action="store_true", help="compare each output with plain greedy decoding")
     p.add_argument("--out", default=None, help="write offline.json here (a folder)")
@@ -277,30 +313,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(analysis.moa_channels output), and the accuracy --per-drop would need")
     p.add_argument("--per-drop", type=float, default=3.0, help="with --bound-from: confirmed tokens per drop asked")
     args = p.parse_args(argv)
-    args.drop = args.drop or ["1.0:3.0"]
-    try:
-        for w in args.drop:
-            parse_window(w)
+    try:  # every value and --bound-from's file, before any model loads: one line each (exit 2)
+        check_args(args)
     except ValueError as err:
-        p.error(str(err))
+        raise SystemExit(checks.report(err)) from None
+    return args
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What the user typed (ValueError: one line naming the bad value); fills in args.drop and args.seed."""
+    args.drop = args.drop or ["1.0:3.0"]
+    for w in args.drop:
+        parse_window(w)
+    args.seed = checks.check_seed(args.seed)
     for name, value, low in (("--prompts", args.prompts, 1), ("--max-new-tokens", args.max_new_tokens, 1),
                              ("--threads", args.threads, 1)):
-        if value < low:
-            p.error(f"{name} must be at least {low}, got {value}")
-    if args.horizon is not None and args.horizon < 0:
-        p.error(f"--horizon must be >= 0 tokens, got {args.horizon}")
+        checks.check_int_range(value, name, low)
+    if args.horizon is not None:
+        checks.check_int_range(args.horizon, "--horizon", 0)
     for c in args.min_confidence or []:
-        if not 0.0 <= c < 1.0:
-            p.error(f"--min-confidence must be a probability in [0, 1), got {c:g}")
+        checks.check_probability(c, "--min-confidence")
     if not Path(args.questions).is_file():
-        p.error(f"--questions {args.questions}: no such file")
+        raise checks.UsageError(f"--questions {args.questions}: no such file")
     if args.bound_from is not None:
         if not Path(args.bound_from).is_file():
-            p.error(f"--bound-from {args.bound_from}: no such file")
-        if not 0 < args.per_drop < (args.horizon or BOUND_HORIZON):
-            p.error(f"--per-drop must lie between 0 and the horizon ({args.horizon or BOUND_HORIZON}), "
-                    f"got {args.per_drop:g}")
-    return args
+            raise checks.UsageError(f"--bound-from {args.bound_from}: no such file; give the channels JSON that "
+                                    f"analysis.moa_channels writes")
+        read_top1_by_distance(args.bound_from)
+        horizon = args.horizon or BOUND_HORIZON
+        if not (math.isfinite(args.per_drop) and 0 < args.per_drop < horizon):
+            raise checks.UsageError(f"--per-drop must lie between 0 and the horizon ({horizon}), "
+                                    f"got {args.per_drop:g}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from analysis import metrics
 from analysis.bench import load_questions, run_benchmark
 from core.decoding import generate
 from core.drafters.base import Autoregressive, Drafter
+from core.drafters.checkpoint import weight_files
 from core.target import Target, add_dtype_argument
 from core.verify import SamplingConfig
 
@@ -51,7 +52,7 @@ def shipped_folder(n: int) -> Path | None:
             meta = json.loads((folder / "config.json").read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if int(meta.get("config", {}).get("tli", 0)) == n and (folder / "model.safetensors").is_file():
+        if int(meta.get("config", {}).get("tli", 0)) == n and weight_files(folder):
             return folder
     return None
 

@@ -66,23 +66,25 @@ def compact_trace(trace: dict, decode: Callable[[list[int]], str] | None = None)
 
 
 class TraceWriter:
-    """Appends compact traces to one gzip JSON-lines file per method."""
+    """Appends compact traces to one gzip JSON-lines file per method. Each record is its own gzip member, closed
+    as soon as it is written, so a run stopped at any moment leaves every finished trace readable (a benchmark
+    rebuilds its summary from them, and `--resume` appends to them). A new writer starts the files afresh
+    unless `append`."""
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, append: bool = False) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._files: dict[str, gzip.GzipFile] = {}
+        self._started: set[str] = set()
+        self._append = append
 
     def write(self, method: str, record: dict) -> None:
-        f = self._files.get(method)
-        if f is None:
-            f = self._files[method] = gzip.open(self.folder / f"{method}.jsonl.gz", "wt", encoding="utf-8")
-        f.write(json.dumps(record, separators=(",", ":")) + "\n")
+        mode = "at" if self._append or method in self._started else "wt"
+        with gzip.open(self.folder / f"{method}.jsonl.gz", mode, encoding="utf-8") as f:
+            f.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._started.add(method)
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
+        self._started.clear()
 
 
 def read_traces(path: str | Path) -> Iterator[dict]:
@@ -94,9 +96,17 @@ def read_traces(path: str | Path) -> Iterator[dict]:
         return
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+        try:
+            for line in f:
+                if line.strip():
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError:
+                        if line.endswith("\n"):
+                            raise
+                        return  # the last line of a run stopped while writing it
+        except EOFError:
+            return  # a gzip member cut off by a stop: every record before it is complete
 
 
 def token_text_decoder(trace: dict, fallback: Callable[[list[int]], str] | None = None

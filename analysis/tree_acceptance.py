@@ -5,8 +5,8 @@
 `auto` trees (core.cost_curve.choose_tree) trade expected tau against this machine's cost curve. Until now
 the expected tau of a (depth D, N nodes) tree was extrapolated from one reference tree's acceptance by
 depth with a width model; the model credited a wider level with more acceptance even where the reference
-tree already held all top_k children of the root, and so overstated small deep trees (the auto trees of
-session 21 reached 0.80-0.85 of the tau they were chosen for). This measures tau for every shape instead.
+tree already held all top_k children of the root, and so overstated small deep trees (auto trees chosen that
+way reached 0.80-0.85 of the tau they were chosen for). This measures tau for every shape instead.
 
 Why one run covers every shape. An EAGLE-2 dynamic tree (core.drafters.dynamic_tree) expands, level by
 level, the top_k candidates of the level by path score, whatever D and N are; the tree kept is the best N

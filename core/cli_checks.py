@@ -19,6 +19,7 @@ from core.target import Target, check_text, load_target
 
 EXIT_USAGE = 2
 TARGET_NAMES = ("smollm2",)
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes at most an unsigned 64-bit integer
 
 
 class UsageError(ValueError):
@@ -26,9 +27,16 @@ class UsageError(ValueError):
 
 
 def one_line(err: BaseException | str, limit: int = 400) -> str:
-    """The first non-empty line of an error message, shortened to `limit` characters."""
+    """The first non-empty line of an error message, shortened to `limit` characters. A first line that ends
+    with a colon (a list follows, as in "... from one of:") takes the following lines with it, joined by "; ",
+    so the message is never cut off where it says what comes next."""
     text = str(err).strip()
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(err).__name__ if not text else text)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return type(err).__name__ if not text else text
+    line = lines[0]
+    if line.endswith(":") and len(lines) > 1:
+        line = f"{line} {'; '.join(lines[1:])}"
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
@@ -58,6 +66,29 @@ def check_max_new_tokens(value: int, flag: str = "--max-new-tokens") -> int:
     from core.decoding import MAX_NEW_TOKENS_LIMIT
 
     return check_int_range(value, flag, 1, MAX_NEW_TOKENS_LIMIT)
+
+
+def check_seed(value: str | int | None, flag: str = "--seed", high: int = SEED_MAX) -> int | None:
+    """A seed: a whole number from 0 to `high` (default 2**64 - 1, the most torch's generators take); None (no
+    seed given) stays None. A CLI declares its seed option `type=str` and converts it here, so "1e23" or "0.5"
+    is refused in one line (argparse's own refusal prints its usage first) and a seed too large for a 64-bit
+    generator is refused before any model loads, not when the generator is seeded."""
+    if value is None:
+        return None
+    valid = f"give a whole number from 0 to {high}" + (" (2**64 - 1)" if high == SEED_MAX else "")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise UsageError(f"{flag} {value!r} is not a whole number; {valid}")
+    if isinstance(value, str):
+        text = value.strip()
+        shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+        if not re.fullmatch(r"[+-]?[0-9]+", text):
+            raise UsageError(f"{flag} {shown!r} is not a whole number; {valid}")
+        if len(text.lstrip("+-").lstrip("0")) > len(str(high)):  # too long to be in range (and to convert)
+            raise UsageError(f"{flag} {shown} is out of range; {valid}")
+        value = int(text)
+    if not 0 <= value <= high:
+        raise UsageError(f"{flag} {value} is out of range; {valid}")
+    return value
 
 
 def check_seconds(value: float | None, flag: str, default_note: str = "") -> float | None:
@@ -104,12 +135,17 @@ def check_target(spec: str | None, flag: str = "--target", names: tuple[str, ...
     """A target the loader can open: a name, a checkpoint folder, a .gguf file or a hub id (org/name)."""
     if spec is None or spec in names:
         return spec
-    valid = f"{' or '.join(names)} (the shipped model), a checkpoint folder, a .gguf file, or a hub id ORG/NAME"
+    valid = (f"{' or '.join(names)} (the shipped model), a Hugging Face checkpoint folder, a .gguf file, "
+             f"or a hub id ORG/NAME")
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise UsageError(f"{flag} {spec}: this folder has no config.json, so it is not a Hugging Face "
                              f"checkpoint; give {valid}")
+        drafter = _drafter_method(path / "config.json")
+        if drafter is not None:
+            raise UsageError(f"{flag} {spec}: this is a drafter checkpoint (method {drafter!r}), not a target; "
+                             f"give it to --drafter, and give {flag} {valid}")
         return spec
     if path.is_file():
         if not spec.endswith(".gguf"):
@@ -119,6 +155,20 @@ def check_target(spec: str | None, flag: str = "--target", names: tuple[str, ...
     if not hub_id or spec.startswith((".", "/", "~")):
         raise UsageError(f"{flag} {spec}: no such file or folder; give {valid}")
     return spec  # a hub id: loading it needs the network; a failure there is reported in one line
+
+
+def _drafter_method(config: Path) -> str | None:
+    """The method named by a drafter checkpoint's config.json ({"method": ..., "config": {...}}, no
+    "model_type"); None for anything else (a Hugging Face config, or a file that is not JSON: the loader's
+    own message then says what is wrong with it)."""
+    try:
+        meta = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if isinstance(meta, dict) and isinstance(meta.get("method"), str) and isinstance(meta.get("config"), dict) \
+            and "model_type" not in meta:
+        return meta["method"]
+    return None
 
 
 def check_output_file(path: str | None, flag: str) -> Path | None:
@@ -169,13 +219,20 @@ def parse_json_object(text: str, flag: str) -> dict:
 
 
 def check_drafter_folder(spec: str | None, flag: str = "--drafter") -> str | None:
-    """None (the shipped drafter), 'random', or a folder holding config.json and model.safetensors."""
+    """None (the shipped drafter), 'random', or a folder holding config.json and the weights (model.safetensors,
+    or shards with model.safetensors.index.json)."""
+    from core.drafters.checkpoint import WEIGHTS_FILE, weight_files
+
     if spec is None or spec == "random":
         return spec
     folder = Path(spec).expanduser()
     if not folder.is_dir():
         raise UsageError(f"{flag} {spec}: no such folder; give a drafter checkpoint folder or 'random'")
-    missing = [n for n in ("config.json", "model.safetensors") if not (folder / n).is_file()]
+    try:
+        weights = weight_files(folder)
+    except ValueError as err:
+        raise UsageError(f"{flag} {spec}: {err}") from None
+    missing = ([] if (folder / "config.json").is_file() else ["config.json"]) + ([] if weights else [WEIGHTS_FILE])
     if missing:
         raise UsageError(f"{flag} {spec}: not a drafter checkpoint (missing {', '.join(missing)}); give a "
                          f"checkpoint folder or 'random'")

@@ -83,8 +83,9 @@ FIXED_CURVE = {"key": "fixed cost model (tiny test target)", "cpu": "none (fixed
                "dtype": "", "device": "cpu", "target": "", "context": 0, "repeats": 0,
                "sizes": [1, 8, 32, 64], "ms": [55.0, 59.0, 70.0, 95.0], "measured_at": "", "fixed": True}
 RESULTS = ROOT / "assets" / "results" / "summary.json"
-# the latest MoA ablation: every dynamic-tree drafter shipped then, fixed trees of depth 5 (docs/RESULTS.md, "MoA")
-DEEP_RESULTS = ROOT / "assets" / "results" / "moa_ablation" / "phase15" / "bench_summary.json"
+# the shipped MoA's ablation run: every dynamic-tree drafter shipped with it, fixed trees of depth 5 (docs/RESULTS.md,
+# "What MoA shows")
+DEEP_RESULTS = ROOT / "assets" / "results" / "moa" / "feature_gain" / "bench_summary.json"
 # tau of every dynamic-tree shape, measured on held-out prompts (analysis.tree_acceptance); read first
 TREE_TABLE = ROOT / "assets" / "results" / "tree_acceptance.json"
 MAX_AUTO_DEPTH = 8

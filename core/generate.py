@@ -27,7 +27,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=str, default=None, metavar="N",
+                   help=f"sampling seed: a whole number from 0 to {checks.SEED_MAX} (default: a random one)")
     add_dtype_argument(p)
     p.add_argument("--device", default="auto", help="auto (a CUDA GPU if there is one, else cpu), cpu, cuda, cuda:N")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2-135M-Instruct GGUF)")
@@ -42,6 +43,7 @@ def check_args(args: argparse.Namespace) -> SamplingConfig:
     """Everything the user typed, checked before the model loads (UsageError / ValueError: one line)."""
     checks.check_prompt(args.prompt)
     checks.check_max_new_tokens(args.max_new_tokens)
+    args.seed = checks.check_seed(args.seed)
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
     checks.check_device(args.device)
     checks.check_target(args.target)

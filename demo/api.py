@@ -13,21 +13,27 @@ from demo.runtime import Runtime, UserError, run_summary
 
 log = logging.getLogger("speclens.app")
 
+# The documented defaults (demo/API.md): an argument left out, or sent as None (null), takes them.
+DEFAULT_METHOD = "ar"
+DEFAULT_MAX_NEW_TOKENS = 64
+
 
 def make_generate(runtime: Runtime):
-    def generate(prompt: str, method: str = "ar", max_new_tokens: int = 64) -> dict:
+    def generate(prompt: str, method: str = DEFAULT_METHOD, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> dict:
         """Answer `prompt` (one user turn, chat template applied) with a decoding method, greedily.
 
         Args:
             prompt: the user's message.
             method: ar, pld, eagle2, moa, medusa or amphista, or one of the last four + "+lookup" (untrained
-                drafters are used where none is shipped).
-            max_new_tokens: 1 to 512.
+                drafters are used where none is shipped); None: the default, ar.
+            max_new_tokens: 1 to 512; None: the default, 64.
         Returns:
             text, token_ids, mean_accepted (tau), tokens_per_s, new_tokens, steps, accept_lengths,
             wall_time, stop_reason, drafter_note, speedup (vs the app's plain-decoding reference, or null),
             ideal_speedup (for this tau on this machine's cost curve, or null before it is measured).
         """
+        method = DEFAULT_METHOD if method is None else method
+        max_new_tokens = DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
         try:
             runtime.check_method(method)
             n = runtime.check_max_new_tokens(max_new_tokens)

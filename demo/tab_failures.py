@@ -29,7 +29,7 @@ when it says 80 %, is the token accepted about 80 % of the time? The stacked bar
 method and depth, where the target's token sat among the drafter's own guesses: a token at its 2nd-10th guess
 was one a bigger tree could have caught; one outside its top 10 was never on the table. Pick a rejection
 (click a row) to see the drafter's and the target's ten most likely tokens side by side. Source: your last
-generation in this session, or the committed benchmark traces.
+generation in this session, or the committed benchmark traces (the tab opens on those, already analysed).
 """
 TRACES_DIR = RESULTS / "traces"
 COPYING_JSON = RESULTS / "copying.json"  # written by `python -m analysis.copying --out ...`
@@ -42,6 +42,11 @@ below 1.0 on copyable cycles missed tokens that were sitting in its context; `<m
 the lookup onto the drafter's tree (`python -m analysis.copying` for the numbers).
 """
 SOURCES = ("Last generation", "Committed benchmark run")
+# The committed traces are written by the shipped benchmark (analysis.bench --out assets/results); rerun it when a
+# shipped drafter changes. The tab opens on them, analysed once per process (committed_analysis).
+REGENERATE = "make bench-shipped"
+EXAMPLE_NOTE = (f"*Recorded example:* the committed benchmark traces (`assets/results/traces/`, written by "
+                f"`{REGENERATE}`), analysed when the app started; **Analyse** replaces them with the traces you pick.")
 ALL = "all"
 TABLE_COLUMNS = ["#", "step", "depth", "draft_text", "target_text", "draft_prob", "target_prob_of_draft",
                  "target_entropy", "kind"]
@@ -49,6 +54,7 @@ MAX_TRACES = 200  # committed traces read per file, enough for stable curves and
 MAX_TABLE_ROWS = 2000
 
 _trace_cache: dict[tuple, list[dict]] = {}
+_analysis_cache: dict[tuple, dict] = {}
 
 
 def committed_trace_files(folder: Path = TRACES_DIR) -> list[Path]:
@@ -73,6 +79,20 @@ def load_committed_traces(folder: Path = TRACES_DIR, limit: int = MAX_TRACES) ->
             _trace_cache[key] = traces
         out.extend(_trace_cache[key])
     return out
+
+
+def committed_analysis(folder: Path = TRACES_DIR, fm: ModuleType = failures) -> dict | None:
+    """The committed traces analysed (`analyse`'s dict plus "traces"), once per process and set of files; None
+    when there are none. They carry their own token texts, so no model is needed."""
+    files = committed_trace_files(folder)
+    if not files:
+        return None
+    key = (tuple((str(p), p.stat().st_mtime) for p in files), fm.__name__)
+    if key not in _analysis_cache:
+        traces = load_committed_traces(folder)
+        _analysis_cache.clear()
+        _analysis_cache[key] = {**analyse(traces, None, fm), "traces": traces}
+    return _analysis_cache[key]
 
 
 def trace_decoder(trace: dict, fallback: Callable | None) -> Callable | None:
@@ -178,68 +198,94 @@ def copying_view(path: Path = COPYING_JSON):
     return COPYING_EXPLANATION + "\n" + "\n".join(rows), copying_figure(result)
 
 
+def view(res: dict, traces: Sequence[dict], depth, kind, fallback: Callable | None) -> dict:
+    """What the tab shows for an analysis (`analyse`'s dict) after the depth and kind filters."""
+    recs = res["records"]
+    depths, kinds = filter_choices(recs)
+    depth = depth if depth in depths else ALL
+    kind = kind if kind in kinds else ALL
+    shown = filter_records(recs, depth, kind)
+    first = shown[0]["#"] if shown else None
+    dec = trace_decoder(traces[recs[first]["trace"]], fallback) if shown else fallback
+    return {"summary": f"{res['summary']} Showing {len(shown)} after the filters.", "shown": shown,
+            "table": records_table(shown), "depths": depths, "depth": depth, "kinds": kinds, "kind": kind,
+            "topk": topk_view(recs, first, dec), "first": first}
+
+
 def build(ctx: AppContext) -> None:
     runtime = ctx.runtime
+    committed = committed_analysis()
+    first = view(committed, committed["traces"], ALL, ALL, None) if committed else None
     gr.Markdown(EXPLANATION)
-    records_state = gr.State([])
+    records_state = gr.State(None)  # None: the committed analysis (kept once on the server, not per visitor)
     with gr.Row():
-        source = gr.Radio(list(SOURCES), value=SOURCES[0], label="Traces", elem_id="fail-source", scale=2)
-        depth = gr.Dropdown([ALL], value=ALL, label="Draft depth", scale=1)
-        kind = gr.Dropdown([ALL], value=ALL, label="Token kind", scale=1)
+        source = gr.Radio(list(SOURCES), value=SOURCES[1] if committed else SOURCES[0], label="Traces",
+                          elem_id="fail-source", scale=2)
+        depth = gr.Dropdown(first["depths"] if first else [ALL], value=ALL, label="Draft depth", scale=1)
+        kind = gr.Dropdown(first["kinds"] if first else [ALL], value=ALL, label="Token kind", scale=1)
         go_btn = gr.Button("Analyse", variant="primary", elem_id="fail-analyse", scale=1)
-    summary = gr.Markdown("Choose the traces and press **Analyse**.", elem_id="fail-summary")
-    with gr.Column(visible=False) as results:
-        table = gr.Dataframe(records_table([]), interactive=False, max_height=320, label="Rejected draft tokens "
-                             "(click a row for the top-10 comparison)", elem_id="fail-table")
+    summary = gr.Markdown(f"{EXAMPLE_NOTE}\n\n{first['summary']}" if first else
+                          "Choose the traces and press **Analyse**.", elem_id="fail-summary")
+    with gr.Column(visible=first is not None) as results:
+        table = gr.Dataframe(first["table"] if first else records_table([]), interactive=False, max_height=320,
+                             label="Rejected draft tokens (click a row for the top-10 comparison)",
+                             elem_id="fail-table")
         with gr.Row():
-            pick = gr.Number(None, label="Rejection # (or click a row)", precision=0, minimum=0, scale=3)
+            pick = gr.Number(first["first"] if first else None, label="Rejection # (or click a row)", precision=0,
+                             minimum=0, scale=3)
             with gr.Column(scale=1, min_width=160):
-                download = gr.DownloadButton("Download rejections (JSON)", size="sm")
-        topk = gr.Plot(show_label=False, elem_id="fail-topk")
+                # written on Analyse (a file for the example would outlive the downloads folder's clean-up)
+                download = gr.DownloadButton("Download rejections (JSON)", size="sm", visible=False)
+        topk = gr.Plot(first["topk"] if first else None, show_label=False, elem_id="fail-topk")
         with gr.Row():
-            by_kind = gr.Plot(show_label=False, elem_id="fail-kind")
-            by_depth = gr.Plot(show_label=False, elem_id="fail-depth")
+            by_kind = gr.Plot(committed["by_kind"] if first else None, show_label=False, elem_id="fail-kind")
+            by_depth = gr.Plot(committed["by_depth"] if first else None, show_label=False, elem_id="fail-depth")
         with gr.Row():
-            calib = gr.Plot(show_label=False, elem_id="fail-calibration")
-            ranks = gr.Plot(show_label=False, elem_id="fail-ranks")
+            calib = gr.Plot(committed["calibration"] if first else None, show_label=False,
+                            elem_id="fail-calibration")
+            ranks = gr.Plot(committed["ranks"] if first else None, show_label=False, elem_id="fail-ranks")
     with gr.Accordion("Copying: drafts versus a context lookup (committed benchmark)", open=False):
         copy_text, copy_fig = copying_view()
         gr.Markdown(copy_text, elem_id="fail-copying")
         gr.Plot(copy_fig, show_label=False, elem_id="fail-copying-plot")
 
+    def records_of(recs: list[dict] | None) -> list[dict]:
+        if recs is not None:
+            return recs
+        return committed_analysis()["records"] if committed else []
+
+    def traces_of(recs: list[dict] | None, session: dict | None) -> list[dict]:
+        if recs is None:
+            return committed_analysis()["traces"] if committed else []
+        return last_runs(session)
+
     def nothing(msg: str):
         return ([], msg, gr.update(visible=False), records_table([]), gr.update(), gr.update(), None, None, None,
-                None, None, gr.update(value=None), gr.update(value=None))
+                None, None, gr.update(value=None, visible=False), gr.update(value=None))
 
     @friendly
     def on_analyse(src, d, k, session, progress=gr.Progress()):
         if src == SOURCES[1]:
-            if not committed_trace_files():
+            res = committed_analysis()
+            if res is None:
                 return nothing("No committed benchmark traces yet (`assets/results/traces/*.jsonl.gz`); "
                                "analyse your last generation instead.")
-            traces = load_committed_traces()
-            needs_tokenizer = any("token_text" not in t for t in traces)
+            traces, state = res["traces"], None
         else:
             traces = last_runs(session)
             if not traces:
                 return nothing("Generate something in the Generate tab first (or pick the committed benchmark run).")
-            needs_tokenizer = any("token_text" not in t for t in traces)  # the shipped example carries its own
-        if needs_tokenizer:
-            runtime.load(progress_reporter(progress))  # token texts need the tokenizer
+            if any("token_text" not in t for t in traces):  # the shipped example carries its own
+                runtime.load(progress_reporter(progress))  # token texts need the tokenizer
+            res = analyse(traces, runtime.decode if runtime.loaded else None)
+            state = res["records"]
         fallback = runtime.decode if runtime.loaded else None
-        res = analyse(traces, fallback)
-        recs = res["records"]
-        depths, kinds = filter_choices(recs)
-        d = d if d in depths else ALL
-        k = k if k in kinds else ALL
-        shown = filter_records(recs, d, k)
-        first = shown[0]["#"] if shown else None
-        path = write_json_download(shown, "speclens-rejections") if shown else None
-        top = topk_view(recs, first, trace_decoder(traces[recs[first]["trace"]], fallback) if shown else fallback)
-        return (recs, f"{res['summary']} Showing {len(shown)} after the filters.", gr.update(visible=True),
-                records_table(shown), gr.update(choices=depths, value=d), gr.update(choices=kinds, value=k),
-                res["by_kind"], res["by_depth"], res["calibration"], res["ranks"], top, gr.update(value=path),
-                gr.update(value=first))
+        v = view(res, traces, d, k, fallback)
+        path = write_json_download(v["shown"], "speclens-rejections") if v["shown"] else None
+        return (state, v["summary"], gr.update(visible=True), v["table"],
+                gr.update(choices=v["depths"], value=v["depth"]), gr.update(choices=v["kinds"], value=v["kind"]),
+                res["by_kind"], res["by_depth"], res["calibration"], res["ranks"], v["topk"],
+                gr.update(value=path, visible=path is not None), gr.update(value=v["first"]))
 
     outputs = [records_state, summary, results, table, depth, kind, by_kind, by_depth, calib, ranks, topk, download,
                pick]
@@ -247,6 +293,7 @@ def build(ctx: AppContext) -> None:
 
     @friendly
     def on_filter(recs, d, k):
+        recs = records_of(recs)
         shown = filter_records(recs, d, k)
         return records_table(shown), f"Showing {len(shown)} of {len(recs)} rejections after the filters."
 
@@ -254,10 +301,11 @@ def build(ctx: AppContext) -> None:
     kind.input(on_filter, [records_state, depth, kind], [table, summary], api_visibility="private")
 
     @friendly
-    def on_pick(recs, i, src, session):
+    def on_pick(recs, i, session):
+        traces = traces_of(recs, session)
+        recs = records_of(recs)
         if not recs or i is None:
             return gr.update()
-        traces = load_committed_traces() if src == SOURCES[1] else last_runs(session)
         fallback = runtime.decode if runtime.loaded else None
         match = [r for r in recs if r.get("#") == int(i)]
         dec = trace_decoder(traces[match[0]["trace"]], fallback) if match and match[0]["trace"] < len(traces) \
@@ -271,4 +319,4 @@ def build(ctx: AppContext) -> None:
             return gr.update()
 
     table.select(on_select, [table], [pick], api_visibility="private")
-    pick.change(on_pick, [records_state, pick, source, ctx.session], [topk], api_visibility="private")
+    pick.change(on_pick, [records_state, pick, ctx.session], [topk], api_visibility="private")

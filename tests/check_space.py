@@ -1,7 +1,8 @@
 """What a Hugging Face Space does with this repository, checked in the environment that runs this script.
 
-`make check-space` makes a fresh virtual environment, installs `requirements.txt` alone into it (as a Space
-does) and runs this script with it, which:
+`make check-space` exports the tree a Space receives (`make space`, scripts/export_space.py), makes a fresh
+virtual environment, installs that tree's `requirements.txt` alone into it (as a Space does) and runs this script
+with it on that tree (`python tests/check_space.py EXPORTED_TREE`), which:
 
 1. checks that no test or lint tool came with the app's requirements;
 2. checks that the target's package is not there yet, and sets SPACE_ID as a Space does, so that the app
@@ -21,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parents[1]
 PROMPT = "List the days of the week, one per line."
 METHOD = "eagle2"
 DEV_TOOLS = ("pytest", "ruff", "playwright", "datasets", "scipy")
@@ -49,10 +50,11 @@ def main() -> int:
     os.environ.setdefault("SPACE_ID", "speclens/check-space")
 
     import app
+    from core.drafters.checkpoint import weight_files
     from demo.api import make_generate
     from demo.runtime import Runtime
 
-    if not (ROOT / "assets" / "drafters" / METHOD / "model.safetensors").is_file():
+    if not weight_files(ROOT / "assets" / "drafters" / METHOD):
         fail(f"no trained checkpoint for {METHOD} under assets/drafters")
     runtime = Runtime(tiny=False)
     app.build_app(runtime)

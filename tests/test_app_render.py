@@ -611,3 +611,119 @@ def test_failures_tab_with_the_real_analysis_module():
     kinds = [str(x) for x in res["by_kind"].data[0].x]
     assert "None" not in kinds  # token kinds were labelled with the decoder
     assert isinstance(tab_failures.topk_view(recs, 0, decode, fm), go.Figure)
+
+
+# ----- every tab opens on a recorded example: Client-server and Draft failures ------------------------------
+
+def _blocks(demo, name: str) -> dict:
+    return {b.elem_id: b for b in demo.blocks.values() if b.get_block_name() == name and b.elem_id}
+
+
+def cs_run(method: str, ids: list[int], offline: int = 0, confirmed: int = 0, stops=(), cut: float = 0.1,
+           drop=((1.0, 3.0),)) -> dict:
+    """A hand-made client-server run (RunResult.to_dict()'s fields the tab reads)."""
+    info = [{"status": "verified", "t": 0.1 * i, "seq": i} for i in range(len(ids))]
+    if offline:
+        info[1] = {"status": "confirmed", "t": 3.1, "seq": 2}
+        info[2] = {"status": "corrected", "t": 3.1, "seq": 2, "withdrawn": [9, 10]}
+    snaps = [{"t": 3.0, "verified": ids[:1], "provisional": [ids[1], 9, 10]}] if offline else []
+    return {"method": method, "token_ids": list(ids), "token_info": info, "offline_tokens": offline,
+            "confirmed_tokens": confirmed, "corrected_tokens": offline - confirmed,
+            "disconnects": [list(w) for w in drop], "offline_horizon": 14, "offline_min_confidence": cut,
+            "offline_stops": list(stops), "unverified": [], "trace": {"snapshots": snaps},
+            "tokens_per_s": 10.0, "virtual_time_s": 1.0, "server_calls": 5, "bytes_up": 100, "bytes_down": 200,
+            "tau": 1.5, "note": "", "dtype": "float32"}
+
+
+def test_client_server_offline_sentence_says_what_moa_wrote_and_why():
+    from demo import tab_client_server as tab
+
+    facts = {"top1_by_distance": [0.43, 0.30, 0.52], "expected_confirmed_per_drop": 0.78}
+    stop = {"t": 1.2, "reason": "confidence", "provisional": 3, "verified": 4}
+    moa = cs_run("moa", [5, 6, 7, 8], offline=3, confirmed=1, stops=[stop])
+    text = tab.offline_sentence([cs_run("ar", [5, 6, 7, 8]), moa], facts)
+    assert "MoA wrote 3 tokens on its own, and the server confirmed 1 of them</b> (2 withdrawn)" in text
+    assert "cut-off of 0.1" in text and "30% to 52%" in text and "0.78" in text
+    assert f'href="#{tab.BOUND_ID}"' in text and "Lower the cut-off" in text
+    horizon = cs_run("moa", [5, 6, 7, 8], offline=3, confirmed=0, cut=0.0,
+                     stops=[{**stop, "reason": "horizon"}])
+    text = tab.offline_sentence([horizon])
+    assert "14 tokens past the last verified one" in text and "cut-off at 0" in text and "href" not in text
+    one = cs_run("moa", [5, 6, 7, 8], offline=1, confirmed=0, stops=[stop])
+    assert "wrote 1 token on its own, and the server confirmed none of it</b> (1 withdrawn)" in \
+        tab.offline_sentence([one])
+    assert "nothing offline" in tab.offline_sentence([cs_run("moa", [5, 6], drop=())])
+    assert "Pick <b>All three</b>" in tab.offline_sentence([cs_run("ar", [5, 6])])
+
+
+def test_client_server_texts_mark_where_a_text_departs_from_plain_decoding():
+    from demo import tab_client_server as tab
+
+    same = [cs_run("ar", [5, 6, 7, 8]), cs_run("moa", [5, 6, 7, 8], offline=3, confirmed=1)]
+    assert "All methods wrote exactly the same final text (float32)." in tab.summary_markdown(same)
+    page = tab.texts_html(same, decode)
+    assert page.count('class="tok-stream"') == 2 and "outline" not in page
+    assert '#868e96" title="provisional text withdrawn at 3.10 s"> dear!</s>' in page  # struck through
+    differ = [cs_run("ar", [5, 6, 7, 8]), cs_run("eagle2", [5, 6, 9, 8])]
+    md = tab.summary_markdown(differ)
+    assert "⚠" in md and "EAGLE-2 from token 2" in md and "please report it" in md
+    page = tab.texts_html(differ, decode)
+    assert page.count("outline:2px") == 1 and "first token that differs" in page
+
+
+def test_the_recorded_client_server_example():
+    from demo import tab_client_server as tab
+    from demo.runtime import UNTRAINED_NOTE
+
+    ex = tab.load_example()
+    assert ex is not None, f"record it: {tab.RECORD_COMMAND}"
+    assert ex["dtype"] == tab.EXACT_DTYPE == "float32" and ex["settings"] == tab.DEFAULTS
+    runs = ex["runs"]
+    assert [r["method"] for r in runs] == ["ar", "eagle2", "moa"]
+    assert len({tuple(r["token_ids"]) for r in runs}) == 1  # float32: the tab's sentence about the texts holds
+    assert not any(n.startswith(UNTRAINED_NOTE) for n in ex["drafters"].values())  # the shipped drafters
+    assert runs[2]["disconnects"] == [[1.0, 3.0]] and runs[2]["offline_stops"]
+    assert {str(t) for t in tab.example_token_ids(runs)} <= set(ex["token_text"])
+    assert all(len(r["pieces"]) == len(r["token_ids"]) for r in runs)
+    assert "session" not in ex["source"] and "phase" not in ex["source"]
+
+
+def test_the_record_command_writes_an_example_the_tab_reads(tmp_path):
+    import importlib.util
+
+    from demo import tab_client_server as tab
+
+    spec = importlib.util.spec_from_file_location("record_client_server",
+                                                  tab.ROOT / "scripts" / "record_client_server.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "example.json"
+    assert script.main(["--tiny", "--out", str(out)]) == 0
+    ex = tab.load_example(out)
+    assert [r["method"] for r in ex["runs"]] == ["ar", "eagle2", "moa"] and ex["dtype"] == "float32"
+    (tmp_path / "bad.json").write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match="bad.json"):
+        tab.load_example(tmp_path / "bad.json")
+    assert tab.load_example(tmp_path / "missing.json") is None
+
+
+def test_client_server_and_failures_tabs_open_on_recorded_examples(tiny_runtime):
+    import app
+
+    demo = app.build_app(tiny_runtime)
+    plots, htmls, mds = _blocks(demo, "plot"), _blocks(demo, "html"), _blocks(demo, "markdown")
+    # Client-server: the recorded run's table, both plots and the three texts, marked as a recorded example
+    assert "Recorded example" in htmls["cs-example-note"].value
+    assert "All methods wrote exactly the same final text (float32)." in mds["cs-summary"].value
+    assert "While the link was down MoA" in htmls["cs-offline"].value
+    assert htmls["cs-texts"].value.count('class="tok-stream"') == 3
+    for key in ("cs-tokens", "cs-timeline"):
+        assert plots[key].value and "Press Run" not in json.dumps(plots[key].value)
+    assert _blocks(demo, "dropdown")["cs-timeline-method"].value == "moa"
+    # Draft failures: the committed traces, analysed
+    assert "Recorded example" in mds["fail-summary"].value and "trace(s)" in mds["fail-summary"].value
+    table = _blocks(demo, "dataframe")["fail-table"].value
+    assert len(table["data"]) > 100
+    for key in ("fail-kind", "fail-depth", "fail-calibration", "fail-ranks", "fail-topk"):
+        assert plots[key].value, key
+    assert not tiny_runtime.loaded or tiny_runtime.tiny  # nothing above needed the target

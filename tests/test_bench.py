@@ -216,3 +216,55 @@ def test_resummarize_reproduces_the_summary_from_traces(run, tmp_path, capsys):
     assert "share of ideal" in capsys.readouterr().out
     shutil.rmtree(copy / "traces")
     assert bench.main(["--resummarize", str(copy)]) == 2
+
+
+def test_a_stopped_run_keeps_its_answers_and_resumes(tmp_path, capsys):
+    """A run stopped partway (here: an error at the third question) leaves run.json, the finished answers and
+    their traces; --resummarize summarises them and says how many; resume=True answers only the rest, and the
+    finished run's figures count every question once."""
+    target = tiny_target()
+    out = tmp_path / "run"
+    calls = []
+
+    class Stopping(PromptLookupDrafter):
+        def begin(self, target, prefill):
+            calls.append(len(prefill.tokens))
+            if len(calls) == 4:  # pld's fourth conversation: question 3 (q1 has two turns), its last answer
+                raise KeyboardInterrupt
+            super().begin(target, prefill)
+
+    drafters = {"ar": Autoregressive(), "pld": Stopping()}
+    kwargs = dict(max_new_tokens=8, chat_ids=chat_ids, decode=decode, progress=False, warmup=False, report=False)
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_benchmark(target, drafters, QUESTIONS, out, **kwargs)
+    assert (out / "run.json").is_file() and not (out / "summary.json").exists()
+    partial = bench.resummarize(out)
+    assert partial["answers"] == {"found": 5, "planned": 6}  # every answer but pld's to question 3
+    assert bench.main(["--resummarize", str(out)]) == 0
+    assert "5 of 6 answers" in capsys.readouterr().err
+    bench.check_run_folder(out, resume=True, overwrite=False)  # a partial summary does not finish the run
+    calls.append("resumed")
+    summary = bench.run_benchmark(target, drafters, QUESTIONS, out, resume=True, **kwargs)
+    assert summary["methods"]["pld"]["overall"]["questions"] == 3
+    assert summary["methods"]["ar"]["overall"]["questions"] == 3 and "answers" not in summary
+    for label in ("ar", "pld"):  # one answer line per question, none repeated
+        ids = [json.loads(line)["question_id"] for line in open(out / f"{label}.jsonl")]
+        assert sorted(ids) == [1, 2, 3]
+
+
+def test_out_on_a_used_folder_needs_resume_or_overwrite(run, tmp_path):
+    from core.cli_checks import UsageError
+
+    out, _ = run
+    with pytest.raises(UsageError, match="already holds a run .*--resume.*--overwrite"):
+        bench.check_run_folder(out, resume=False, overwrite=False)
+    bench.check_run_folder(out, resume=False, overwrite=True)
+    with pytest.raises(UsageError, match="finished"):
+        bench.check_run_folder(out, resume=True, overwrite=False)
+    with pytest.raises(UsageError, match="no run to finish"):
+        bench.check_run_folder(tmp_path, resume=True, overwrite=False)
+    bench.check_run_folder(tmp_path, resume=False, overwrite=False)
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps([{"question_id": 1, "turns": ["x"]}]) + "\n")
+    with pytest.raises(ValueError, match=r"q.jsonl:1: expected one JSON object a line .* got an array"):
+        bench.load_questions(q)

@@ -2,13 +2,15 @@
 
 1. a real browser (headless Debian Chromium driven by Playwright) opens the page as the server starts: the
    shipped example (coloured tokens, draft tree, LSA map) is there before the target has loaded, beside a
-   load status line;
+   load status line, and every one of the 8 tabs shows content from a real run (a table, plot or text) before
+   any button is pressed;
 2. the `/generate` API through gradio_client (the real target answers);
 3. the browser chats once with MoA, checks the coloured tokens, the stats (speedup beside its ideal speedup)
    and the live figures, replays the shipped lesson and the live run in the step-by-step player
-   (Next / Previous / Play), stops a second generation, and opens every tab at 1,400 px (each at most about
-   four screens tall; screenshots to docs/screenshots/) and at 390 px (no horizontal scroll; screenshots to
-   screenshots/mobile/).
+   (Next / Previous / Play), opens every tab at 1,400 px (each at most about four screens tall; screenshots
+   to docs/screenshots/) and at 390 px (no horizontal scroll; screenshots to screenshots/mobile/), runs the
+   Client-server tab (float32, while the app runs bfloat16: the three texts must be equal) and reruns MoA there
+   at a lower offline cut-off, and stops a second generation.
 All share one server, so the target loads once. Set SPECLENS_TINY=1 to run them against the tiny test model
 instead (quicker, no real text).
 """
@@ -35,6 +37,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 START_TIMEOUT_S = 180
 GENERATE_TIMEOUT_S = 240
+CLIENT_SERVER_TIMEOUT_S = 420  # a second target (float32) loads, then three simulated runs
 MAX_NEW_TOKENS = 8
 METHOD = os.environ.get("SPECLENS_BROWSER_METHOD", "moa")  # the method of the live chat (moa: LSA maps too)
 DESKTOP = {"width": 1400, "height": 1000}
@@ -127,10 +130,70 @@ def _save_small(page, path: Path) -> None:
     Image.open(path).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
 
 
-def _set_number(page, elem_id: str, value: int) -> None:
+def _set_number(page, elem_id: str, value: float) -> None:
     box = page.locator(f"#{elem_id} input[type=number]")
     box.fill(str(value))
     box.press("Enter")
+
+
+def _wait_text(page, selector: str, text: str, timeout_s: float = 30) -> None:
+    page.wait_for_function("([s, t]) => { const e = document.querySelector(s); return e && e.innerText.includes(t); }",
+                           arg=[selector, text], timeout=timeout_s * 1000)
+
+
+def _first_look(page, tab: str) -> None:
+    """What `tab` shows as it opens: content from a real run (recorded or shipped), no button pressed."""
+    if tab == "Step by step":
+        _wait_text(page, "#player-story", "Cycle 1 of")
+        page.locator("#player-tree .main-svg").first.wait_for(timeout=30_000)
+    elif tab == "Draft tree":
+        _wait_text(page, "#tree-plot", "draft depth")
+    elif tab == "LSA attention":
+        _wait_text(page, "#lsa-heatmap", "LSA attention")
+    elif tab == "TLI trade-off":
+        assert page.locator("#tli-table tr").count() >= 3
+        page.locator("#tli-plot .main-svg").first.wait_for(timeout=30_000)
+    elif tab == "Client-server":
+        _wait_text(page, "#cs-example-note", "Recorded example")
+        assert page.locator("#cs-summary tr").count() == 4  # header + plain, EAGLE-2, MoA
+        assert "All methods wrote exactly the same final text (float32)" in page.locator("#cs-summary").inner_text()
+        assert "While the link was down MoA" in page.locator("#cs-offline").inner_text()
+        _wait_text(page, "#cs-tokens", "Tokens over time")
+        _wait_text(page, "#cs-timeline", "MoA over 4g")
+        assert page.locator("#cs-texts .tok-stream").count() == 3
+        assert page.locator("#cs-texts .tok-stream .tok").count() >= 3 * 20
+    elif tab == "Draft failures":
+        _wait_text(page, "#fail-summary", "Recorded example")
+        assert "rejected" in page.locator("#fail-summary").inner_text()
+        page.wait_for_function("() => { const g = document.querySelector('#fail-table [role=grid]'); "
+                               "return g && Number(g.getAttribute('aria-rowcount')) > 10; }", timeout=30_000)
+        assert "target_text" in page.locator("#fail-table").inner_text()
+        for plot in ("#fail-kind", "#fail-calibration", "#fail-topk"):
+            page.locator(f"{plot} .main-svg").first.wait_for(timeout=30_000)
+    elif tab == "Benchmarks":
+        page.locator("#bench-headline .main-svg").first.wait_for(timeout=30_000)
+        assert page.locator("#bench-table tr").count() >= 3
+
+
+def _client_server_run(page) -> None:
+    """The Client-server tab's own run (float32 while the app runs bfloat16), then MoA at a lower cut-off."""
+    _open_tab(page, "Client-server")
+    _set_number(page, "cs-max-new", 8)
+    _set_number(page, "cs-drop-start", 0.2)
+    _set_number(page, "cs-drop-len", 1)
+    page.locator("#cs-run").click()
+    _wait_text(page, "#cs-example-note", "Your run", CLIENT_SERVER_TIMEOUT_S)  # loads a float32 target first
+    assert "float32" in page.locator("#cs-example-note").inner_text()
+    summary = page.locator("#cs-summary").inner_text()
+    assert "All methods wrote exactly the same final text (float32)" in summary, summary
+    assert page.locator("#cs-texts .tok-stream").count() == 3
+    assert "While the link was down MoA" in page.locator("#cs-offline").inner_text()
+    _set_number(page, "cs-confidence", 0)
+    page.locator("#cs-rerun").click()
+    _wait_text(page, "#cs-example-note", "MoA rerun at the cut-off 0", CLIENT_SERVER_TIMEOUT_S)
+    offline = page.locator("#cs-offline").inner_text()
+    assert "cut-off at 0" in offline and "While the link was down MoA wrote" in offline, offline
+    assert "All methods wrote exactly the same final text (float32)" in page.locator("#cs-summary").inner_text()
 
 
 @pytest.mark.real
@@ -149,6 +212,13 @@ def test_first_look_needs_no_model(app_url):
             page.locator("#gen-tree .main-svg").first.wait_for(timeout=30_000)
             assert "draft depth" in page.locator("#gen-tree").inner_text()
             page.locator("#gen-lsa .main-svg").first.wait_for(timeout=30_000)
+            for tab in TABS[1:]:  # every other tab, opened and looked at, no button pressed
+                _open_tab(page, tab)
+                _first_look(page, tab)
+            _open_tab(page, "Client-server")  # the offline sentence's link opens the bound's accordion
+            page.locator("#cs-offline a").first.click()
+            page.locator("#cs-bound .main-svg").first.wait_for(timeout=30_000)
+            _open_tab(page, TABS[0])
             status = page.locator("#load-status").inner_text()
             assert any(w in status for w in ("loading", "measuring", "ready")), status
             # the status line follows the background load to its end without a reload
@@ -258,11 +328,8 @@ def test_generate_and_every_tab(app_url):
                     page.wait_for_function("(w) => document.querySelector('#lsa-heatmap') && "
                                            "document.querySelector('#lsa-heatmap').innerText.includes(w)",
                                            arg=want, timeout=30_000)
-                if tab == "Draft failures":
-                    page.locator("#fail-analyse").click()
-                    page.wait_for_function(
-                        "() => { const s = document.querySelector('#fail-summary'); "
-                        "return s && /trace/.test(s.innerText); }", timeout=60_000)
+                if tab in ("Client-server", "Draft failures"):  # still their recorded examples
+                    _first_look(page, tab)
                 if tab == "Benchmarks":
                     page.locator("#bench-headline .main-svg").first.wait_for(timeout=30_000)
                     assert page.locator("#bench-table tr").count() >= 3
@@ -289,6 +356,7 @@ def test_generate_and_every_tab(app_url):
                 phone.screenshot(path=str(SHOTS / "mobile" / _shot_name(i, tab)), full_page=True)
             phone.close()
 
+            _client_server_run(page)
             _open_tab(page, "Generate")
 
             # a long plain generation, stopped (the tiny model finishes too fast to be caught running)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 import torch
 
@@ -26,7 +29,8 @@ from tests.test_eagle2 import (
 
 VOCAB = 64
 N_LAYERS = 4
-SMALL = {"lsa_dim": 16, "lsa_heads": 2}  # LSA width for the tiny target
+# LSA width for the tiny target; SA and CA start as target layers (outputs large enough to compare)
+SMALL = {"lsa_dim": 16, "lsa_heads": 2, "init_from_target": True}
 
 
 @pytest.fixture(scope="module")
@@ -433,7 +437,7 @@ def test_needs_layer_kv():
 def test_lsa_layouts(tiny):
     """Full width (the reference layout): the layers attend over each layer's whole K+V, no projection first."""
     kv_width = 2 * tiny.kv_heads * tiny.head_dim
-    wide = MoADrafter.random(tiny, seed=0)
+    wide = MoADrafter.random(tiny, seed=0, ca_mlp=False)
     narrow = MoADrafter.random(tiny, seed=0, lsa_full_width=False, lsa_dim=16, lsa_heads=2, ca_mlp=True)
     assert isinstance(wide.lsa.inp, torch.nn.Identity) and wide.lsa.qkv.in_features == kv_width
     assert wide.lsa.heads == 2 * tiny.kv_heads and not hasattr(wide, "mlp")
@@ -493,7 +497,7 @@ def test_rebuilding_the_lsa_keeps_every_other_published_weight(tmp_path, tiny):
 
 def test_a_fresh_drafter_starts_from_target_layers(tiny):
     """init_from_target: SA = the target's first layer, CA = its last layer's attention (where shapes match)."""
-    d = MoADrafter.random(tiny, seed=0)
+    d = MoADrafter.random(tiny, seed=0, init_from_target=True)
     first, last = tiny.layers[0], tiny.layers[-1]
     for mine, theirs in ((d.sa, first), (d.ca, last.self_attn), (d.ca_norm, last.input_layernorm)):
         for name, value in theirs.state_dict().items():
@@ -502,10 +506,10 @@ def test_a_fresh_drafter_starts_from_target_layers(tiny):
     assert not torch.equal(plain.sa.self_attn.q_proj.weight, first.self_attn.q_proj.weight)
 
 
-@pytest.mark.parametrize("ca_mlp", [False, True])
-def test_fused_prediction_equals_the_modules(tiny, ca_mlp):
+@pytest.mark.parametrize("ca_mlp,memory_norm", [(False, False), (True, False), (True, True)])
+def test_fused_prediction_equals_the_modules(tiny, ca_mlp, memory_norm):
     """Inference's fused CA / CA MLP / head (begin()'s copies) compute what the training modules compute."""
-    d = MoADrafter.random(tiny, seed=4, ca_mlp=ca_mlp, **SMALL)
+    d = MoADrafter.random(tiny, seed=4, ca_mlp=ca_mlp, memory_norm=memory_norm, **SMALL)
     perturb(d)
     prompt = tiny_prompts(VOCAB, n=1, length=9, seed=8)[0]
     d.begin(tiny, prefill(tiny, prompt, d.needs))
@@ -521,7 +525,7 @@ def test_fused_prediction_equals_the_modules(tiny, ca_mlp):
     vec = torch.randn(1, 4, tiny.hidden_size)
     cos, sin = d._rope(torch.arange(4)[None])
     with torch.no_grad():  # CA's memory from one stacked k/v matmul equals the two projections
-        for got, want in zip(d._ca_fused.memory(vec, cos, sin), d.ca.memory(vec, cos, sin)):
+        for got, want in zip(d._ca_fused.memory(vec, cos, sin), d.memory(vec, cos, sin)):
             assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
@@ -670,3 +674,109 @@ def test_sa_drop_leaves_the_token_embedding_in_training_only(tiny):
     for bad in (1.0, -0.1, True, "0.5"):
         with pytest.raises(ValueError, match="sa_drop"):
             MoADrafter.random(tiny, seed=2, **{**SMALL, "sa_drop": bad})
+
+
+# ----- the reference's training signal ----------------------------------------------------------
+def test_own_row_reads_in_training_only(tiny):
+    """own_row_reads: in training a verified row reads its own memory row (the reference's idx_j <= start(i));
+    in eval mode (held-out evaluation) and at inference every row reads strictly earlier rows."""
+    d = MoADrafter.random(tiny, seed=3, lsa_dim=16, lsa_heads=2)
+    assert d.config.own_row_reads and d.config.memory_norm and d.config.ca_mlp and d.config.reference_init
+    tokens = tiny_prompts(VOCAB, n=1, length=20, seed=5)[0]
+    batch = batch_for(d, tiny, tokens, 2)
+    verified = d.verified_positions(batch, period=torch.tensor([5]))
+    last = d.last_verified(batch, verified=verified)
+    reads = d.reads_with_own_row(verified, last)
+    pos = torch.arange(20)
+    assert torch.equal(reads[0, verified[0]], pos[verified[0]])  # verified rows: their own row
+    assert torch.equal(reads[0, ~verified[0]], last[0, ~verified[0]])  # the others: the last verified one
+    assert bool((last[0] < pos).all())
+    mask = d.ca_read_mask(reads)[0]
+    j = int(pos[verified[0] & (pos > 5)][0])  # a verified answer row
+    assert bool(mask[j, j]) and not bool(d.ca_read_mask(last)[0][j, j])
+    # the rows' predictions change only where the reads do (verified rows), and only in training
+    d.train()
+    torch.manual_seed(0)
+    own, _ = d.train_forward(batch, last, 1.0, reads)
+    plain, _ = d.train_forward(batch, last, 1.0)
+    differs = (own - plain).abs().amax(-1)[0] > 1e-6
+    assert bool(differs[verified[0] & (pos > 0)].any()) and not bool(differs[~verified[0]].any())
+    d.eval()
+    d.config.staircase_until = 0.0  # no staircase draw: the loss is deterministic
+    loss_eval, metrics_eval = d.training_loss(batch, 1.0)
+    assert "acc@0" not in metrics_eval  # evaluation never reads a row's own memory
+    d.train()
+    _, metrics_train = d.training_loss(batch, 1.0)
+    assert "acc@0" in metrics_train
+
+
+def test_reference_staircase_keeps_a_verified_row_to_itself(tiny):
+    """Under the staircase (progress 0: every sequence draws it) SA at a verified row sees only that row, as
+    the reference's mask does; elsewhere the current segment. Checked through what changes SA's output."""
+    d = MoADrafter.random(tiny, seed=3, lsa_dim=16, lsa_heads=2, init_from_target=True)
+    tokens = tiny_prompts(VOCAB, n=1, length=16, seed=6)[0]
+    batch = batch_for(d, tiny, tokens, 1)
+    verified = d.verified_positions(batch, period=torch.tensor([4]))
+    last = d.last_verified(batch, verified=verified)
+    reads = d.reads_with_own_row(verified, last)
+    d.train()
+    base, _ = d.train_forward(batch, last, 0.0, reads)
+    changed = batch.input_ids.clone()
+    changed[0, 7] = (changed[0, 7] + 1) % VOCAB  # a token just before the verified position 8
+    other = batch_for(d, tiny, changed[0].tolist(), 1)
+    other.layer_kv, other.hidden = batch.layer_kv, batch.hidden  # the same target activations: SA alone differs
+    moved, _ = d.train_forward(other, last, 0.0, reads)
+    diff = (moved - base).abs().amax(-1)[0] > 1e-6
+    assert not bool(diff[8])  # verified row 8 sees only itself under the staircase
+    assert bool(diff[7])  # the changed token's own row
+    assert not bool(diff[9:12].any())  # rows after 8 see only their own segment (9..j), not 7
+
+
+def test_reference_init_starts_every_block_near_silent(tiny):
+    d = MoADrafter.random(tiny, seed=1, lsa_dim=16, lsa_heads=2, final_feature=True)
+    for name, p in d.named_parameters():
+        if name.startswith("lsa.in_norm"):
+            assert torch.equal(p, torch.ones_like(p) if name.endswith("weight") else torch.zeros_like(p)), name
+        elif name.startswith("lsa.feat."):
+            assert not p.any(), name  # the final feature's projection starts at zero
+        elif name.endswith("bias"):
+            assert not p.any(), name
+        else:
+            assert p.float().std() < 0.03 and p.float().abs().mean() < 0.03, name
+    with pytest.raises(ValueError, match="exclude each other"):
+        MoADrafter.random(tiny, seed=1, init_from_target=True, reference_init=True, lsa_dim=16, lsa_heads=2)
+
+
+def test_checkpoints_without_the_reference_fields_load_as_they_were_built(tmp_path, tiny):
+    """A checkpoint written before memory_norm / reference_init / own_row_reads existed runs as it was trained."""
+    d = MoADrafter.random(tiny, seed=2, **SMALL, memory_norm=False, own_row_reads=False, reference_init=False)
+    d.save_pretrained(tmp_path / "old")
+    path = tmp_path / "old" / "config.json"
+    meta = json.loads(path.read_text())
+    for k in ("memory_norm", "reference_init", "own_row_reads"):
+        del meta["config"][k]
+    path.write_text(json.dumps(meta))
+    back = MoADrafter.from_pretrained(tmp_path / "old", tiny)
+    assert (back.config.memory_norm, back.config.own_row_reads, back.config.reference_init) == (False, False, False)
+
+
+def test_sharded_weights_load_like_a_single_file(tmp_path, tiny, monkeypatch):
+    """Weights over SHARD_BYTES are saved as Hub-style shards with an index; both layouts load the same."""
+    from core.drafters import checkpoint
+
+    d = MoADrafter.random(tiny, seed=2, lsa_dim=16, lsa_heads=2)
+    d.save_pretrained(tmp_path / "one")
+    assert checkpoint.weight_files(tmp_path / "one") == [tmp_path / "one" / "model.safetensors"]
+    monkeypatch.setattr(checkpoint, "SHARD_BYTES", 2000)
+    d.save_pretrained(tmp_path / "one")  # the same folder: the single file is replaced by shards
+    files = checkpoint.weight_files(tmp_path / "one")
+    assert len(files) > 2 and not (tmp_path / "one" / "model.safetensors").exists()
+    from safetensors import safe_open
+
+    for f in files:  # tensors fill a shard up to the budget; a tensor larger than it gets a shard of its own
+        with safe_open(str(f), "pt") as g:
+            sizes = [g.get_slice(k).get_shape() for k in g.keys()]
+        assert len(sizes) == 1 or sum(2 * math.prod(s) for s in sizes) <= 2000
+    a = MoADrafter.from_pretrained(tmp_path / "one", tiny).state_dict()
+    saved = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in d.state_dict().items()}
+    assert all(torch.equal(a[k], v.to(a[k].dtype)) for k, v in saved.items())  # weights are stored in bfloat16

@@ -55,7 +55,7 @@ def test_ablation_reads_each_checkpoints_architecture():
                     "final_feature": cfg.get("final_feature", False),
                     "final_feature_gain": cfg.get("final_feature_gain", 1.0), "tli": 0, "period": "6-14",
                     "staircase": "window"}
-    assert moa_ablation.final_feature_cell(arch) == "yes (x32)"  # the shipped drafter (phase 15)
+    assert moa_ablation.final_feature_cell(arch) == "yes (x32)"  # the shipped drafter: its final feature at gain 32
     assert moa_ablation.final_feature_cell({**arch, "final_feature_gain": 1.0}) == "yes"
     assert moa_ablation.final_feature_cell({**arch, "final_feature": False}) == "no"
     with pytest.raises(SystemExit):
@@ -84,7 +84,7 @@ def test_stream_spread_measures_what_each_part_writes():
     spreads = []
     for gain in (1.0, 3.0):
         d = MoADrafter.random(tiny, seed=2, final_feature=True, final_feature_gain=gain, ca_window=4, ca_mlp=True,
-                              lsa_dim=16, lsa_heads=2)
+                              lsa_dim=16, lsa_heads=2, init_from_target=True)
         with torch.no_grad():
             for p in d.parameters():
                 p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)

@@ -118,8 +118,8 @@ def test_novel_prompts_use_their_own_ids():
 
 @pytest.mark.parametrize("rate,seed", [(None, 5), (0.6, 7)])
 def test_real_novel_prompts_are_disjoint_from_eval(rate, seed):
-    """The committed recipes of assets/distill_v5 (distill_v4's training answers perturbed at rate 0.3, seed 5)
-    and assets/distill_novel7 (rate 0.6, seed 7; a 1,600-prompt subset of these)."""
+    """The recipes of assets/distill_v5 (distill_v4's training answers perturbed at rate 0.3, seed 5) and of
+    `make data-novel7` (rate 0.6, seed 7; a 1,600-prompt subset of these)."""
     from transformers import AutoTokenizer
 
     from core.target import smollm2_location

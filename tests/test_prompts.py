@@ -101,7 +101,7 @@ def test_eval_file_format():
 def test_eval_disjoint_from_training(prompts):
     assert_disjoint(prompts, EVAL)
     assert_disjoint(prompts, SMOKE)
-    # seed 1: assets/distill_v2's second run; seed 2: assets/distill_v3's third; seed 6: assets/distill_s6
+    # seed 1: `make data-v2`'s run; seed 2: assets/distill_v3's third; seed 6: `make data-s6`
     for seed in (1, 2, 6):
         more = training_prompts(seed=seed)
         assert_disjoint(more, EVAL)

@@ -128,3 +128,34 @@ def test_the_checks_see_a_circle_and_the_real_imports(tmp_path):
     assert import_cycles(graph) == [["core.a", "core.b"]]
     assert graph["core.c"] == set() and graph["app"] == {"core.c"}
     assert "core.training.trainer" in import_graph()["core.training.train"]
+
+
+def test_no_tracked_file_is_over_the_hub_limit():
+    """A Space refuses a pushed file over 10 MB outside Git LFS: weights are sharded under it."""
+    import subprocess
+
+    try:
+        tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+        paths = [ROOT / p for p in tracked.decode().split("\0") if p]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file outside the ignored folders
+        paths = [p for p in ROOT.rglob("*") if p.is_file() and not {".venv", "runs", "data", ".git"} & set(p.parts)]
+    big = {str(p.relative_to(ROOT)): p.stat().st_size for p in paths if p.is_file() and p.stat().st_size > 10_000_000}
+    assert not big, f"files over 10 MB (shard them, core.drafters.checkpoint.save_weights): {big}"
+
+
+def test_the_space_export_holds_what_the_app_imports(tmp_path):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("export_space", ROOT / "scripts" / "export_space.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["export_space"] = mod
+    spec.loader.exec_module(mod)
+    out = tmp_path / "space"
+    n, total, too_big = mod.export(out)
+    assert not too_big and total < 200e6 and n > 50
+    for must in ("app.py", "requirements.txt", "README.md", "analysis/failures.py", "core/drafters/moa.py",
+                 "assets/drafters/moa/config.json"):
+        assert (out / must).is_file(), must
+    assert not (out / "tests").exists() and not list(out.glob("assets/distill*")) and not (out / "Makefile").exists()
+    assert (out / "README.md").read_text(encoding="utf-8").startswith("---\ntitle:")  # the Space's front matter

@@ -254,6 +254,9 @@ def test_cli_parsing_and_tiny_run(tmp_path, monkeypatch):
     assert "acc@1" in result["toy"]
     meta = json.loads((out / "final" / "config.json").read_text())
     assert meta["config"]["noise"] == 0.1 and meta["training"]["lr"] == 2e-3
+    with pytest.raises(SystemExit, match="curriculum-restart applies only with --init-from"):
+        T.main(["--drafter", "toy", "--target", "tiny", "--out", str(tmp_path / "x"), "--curriculum-restart"])
+    assert T.build_parser().parse_args(["--drafter", "moa", "--device", "cpu"]).device == "cpu"
 
 
 def test_steps_auto_fills_the_time_budget_and_completes(tmp_path, monkeypatch):
@@ -386,6 +389,12 @@ def test_progress_counts_the_runs_a_continued_run_continues(tmp_path, target):
     fresh_auto = TR.Trainer(cfg(tmp_path, name="auto2", steps=TR.AUTO_PLACEHOLDER_STEPS, fit_steps=True,
                                time_budget_min=5), target, records(), [toy()])
     assert fresh_auto._progress(fresh_auto.members[0]) == 0.0
+    restarted = TR.Trainer(cfg(tmp_path, name="restart", steps=6, init_from=str(published), curriculum_restart=True),
+                           target, records(), [toy()])
+    restarted.step = 3  # --curriculum-restart: the continued run's own steps only, as a fresh run counts them
+    assert restarted._progress(restarted.members[0]) == pytest.approx(3 / 6)
+    assert restarted.cfg.result_args()["curriculum_restart"] is True
+    assert "curriculum_restart" not in cont.cfg.result_args()  # earlier runs still resume
 
 
 def test_init_from_refuses_other_hyper_parameters_or_a_missing_drafter(tmp_path, target):
@@ -400,7 +409,7 @@ def test_init_from_refuses_other_hyper_parameters_or_a_missing_drafter(tmp_path,
 def test_card_points_at_the_committed_recipe_only_for_uncommitted_data():
     assets = P.COMMITTED_RECIPE.parents[1]
     assert not P._names_other_recipe(str(P.COMMITTED_RECIPE))
-    assert not P._names_other_recipe(str(assets / "distill_v2" / "recipe.json"))  # committed itself
+    assert not P._names_other_recipe(str(assets / "distill_v5" / "recipe.json"))  # committed itself
     assert P._names_other_recipe(str(assets.parent / "data" / "distill" / "recipe.json"))
 
 
@@ -426,7 +435,7 @@ def test_new_parts_of_a_continued_drafter_can_train_at_their_own_rate(tmp_path, 
     plain = TR.Trainer(cfg(tmp_path, name="plain", drafters=["moa"], steps=2, init_from=str(published)), target,
                        records(), [spec])
     assert len(plain.members[0].optimizer.param_groups) == 1  # multiplier 1: one group, as before
-    with pytest.raises(SystemExit, match="new-param-lr-mult"):
+    with pytest.raises(ValueError, match="new-param-lr-mult"):
         T.config_from_args(T.build_parser().parse_args(["--drafter", "moa", "--new-param-lr-mult", "0"]))
 
 
@@ -457,7 +466,7 @@ def test_chosen_parts_can_train_at_their_own_rate(tmp_path, target):
         TR.Trainer(cfg(tmp_path, name="bad", drafters=["moa"], steps=2, param_lr_mult={"ca.nothing": 2.0}),
                    target, records(), [spec])
     for item in ("ca.o_proj", "ca.o_proj=0", "=3", "ca.o_proj=x"):
-        with pytest.raises(SystemExit, match="param-lr-mult"):
+        with pytest.raises(ValueError, match="param-lr-mult"):
             T.config_from_args(T.build_parser().parse_args(["--drafter", "moa", "--param-lr-mult", item]))
     args = T.build_parser().parse_args(["--drafter", "moa", "--param-lr-mult", "ca.o_proj=10"])
     assert T.config_from_args(args).param_lr_mult == {"ca.o_proj": 10.0}

@@ -4,6 +4,9 @@ Command lines are run in-process (`main(argv)`) with the model loaders replaced 
 each case also proves that the check came before the ~20 s target load. Also here: drafter
 config.json checked against its dataclass, user text that stays text (real target), the
 loopback server's token and size limit, and a training state read with weights_only=True.
+Issue 47 adds: the analysis tools on files of the wrong kind, seeds, `--target` given a drafter folder,
+one source for the offline cut-off's default, the server's reply to an out-of-vocabulary token, the time
+limit in the reported time, and the API's defaults for None.
 """
 
 from __future__ import annotations
@@ -471,3 +474,275 @@ def test_shipped_drafters_still_load(real_target):
         assert drafter.config.target_fingerprint == real_target.fingerprint, name
         if tli:
             build_drafter("moa", real_target, tli=tli)  # the shipped moa-tliN through --tli
+
+
+# ----- the trainer: every option checked before the target loads or a step runs ------------------------
+@pytest.mark.parametrize("extra,needles", [
+    (["--hyper", "depth=abc"], ["depth", "int", '"abc"']),
+    (["--hyper", "top_k=-3"], ["top_k", ">= 1", "-3"]),
+    (["--hyper", "feature_scale=NaN"], ["feature_scale", "> 0", "NaN"]),
+    (["--hyper", "moa.staircase=sometimes"], ["staircase", "'random' or 'window'"]),
+    (["--lr", "3e-4,bogus=1"], ["bogus", "not a drafter being trained"]),
+    (["--lr", "fast"], ["--lr", "'fast'", "not a number"]),
+    (["--time-budget-min", "-1"], ["--time-budget-min", "> 0", "-1"]),
+    (["--batch-tokens", "0"], ["--batch-tokens", "at least 1"]),
+    (["--drafter", "unknown"], ["unknown drafter 'unknown'", "eagle2"]),
+])
+def test_trainer_checks_every_option_before_loading(extra, needles, monkeypatch, capsys, tmp_path):
+    from core.training import train
+
+    def trap(*args, **kwargs):
+        raise AssertionError("the target was loaded before the options were checked")
+
+    monkeypatch.setattr(train, "load_training_target", trap)
+    argv = ["--drafter", "moa", "--data", str(ROOT / "assets/distill/distill.npz"), "--steps", "2",
+            "--out", str(tmp_path / "run")]
+    if extra[0] == "--drafter":
+        argv[1] = extra[1]
+        extra = []
+    rc, _ = run_main(train.main, argv + extra, capsys)
+    assert isinstance(rc, str), rc  # SystemExit with the message
+    assert_one_line_error(1, rc, *needles)
+    assert not (tmp_path / "run").exists(), "nothing is written for a refused run"
+
+
+@pytest.mark.parametrize("field,value,needle", [("top_k", -3, "top_k"), ("feature_scale", float("nan"), "NaN"),
+                                                ("tli", 7, "0..3")])
+def test_a_checkpoint_config_out_of_range_is_refused(field, value, needle, tmp_path):
+    from core.drafters.moa import MoADrafter
+
+    target = tiny_target()
+    MoADrafter.random(target, seed=0, lsa_dim=16, lsa_heads=2).save_pretrained(tmp_path / "ckpt")
+    path = tmp_path / "ckpt" / "config.json"
+    meta = json.loads(path.read_text())
+    meta["config"][field] = value
+    path.write_text(json.dumps(meta))
+    with pytest.raises(CorruptCheckpointError, match=needle):
+        MoADrafter.from_pretrained(tmp_path / "ckpt", target)
+
+
+# ----- issue 47: analysis tools, seeds, --target, documented defaults, the server, the time limit, the API ---
+def failures_main(argv, capsys):
+    from analysis.failures import main
+
+    return run_main(main, argv, capsys)
+
+
+def offline_main(argv, capsys):
+    from analysis.offline import main
+
+    return run_main(main, argv, capsys)
+
+
+def cs_json(argv: list[str], capsys) -> dict:
+    """The JSON a client-server run prints (it must succeed)."""
+    from core.client_server.__main__ import main
+
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return json.loads(out)
+
+
+@pytest.fixture
+def no_tokenizer(monkeypatch):
+    """analysis.failures loads a tokenizer only after its checks: loading one here is a test failure."""
+    from analysis import failures
+
+    def trap():
+        raise AssertionError("the tokenizer was loaded before the files were checked")
+
+    monkeypatch.setattr(failures, "_load_tokenizer_decode", trap)
+
+
+@pytest.mark.parametrize("name,content,needles", [
+    ("run.json", b'{"method": "ar", "summary": {}}', ["run.json", "no 'events' list", "method, summary", ".jsonl.gz"]),
+    ("list.json", b"[1, 2]", ["record 1 is a JSON list"]),
+    ("notes.json", b"hello, not JSON", ["record 1 is not JSON"]),
+    ("moa.jsonl", b'{"events": []}\n{"events": [\n', ["record 2 is not JSON"]),
+    ("moa.jsonl.gz", bytes(range(256)), ["not a gzip file"]),
+    ("moa.jsonl", b"\x00\xff\xfe binary", ["not a text file"]),
+    ("moa.jsonl", b'{"events": [{"step": 1, "accepted": []}]}\n', ["event 0 lacks bonus, tree"]),
+    ("moa.jsonl", b'{"events": [{"step": 1, "accepted": [], "bonus": 1, "tree": {"tokens": []}}]}\n',
+     ["tree.parents, tree.draft_probs"]),
+    ("empty.jsonl", b"\n", ["holds no complete trace record"]),
+    ("notes.txt", b"plain text, no newline at the end", ["holds no complete trace record"]),
+])
+def test_failures_refuses_a_file_that_is_not_traces(name, content, needles, tmp_path, no_tokenizer, capsys):
+    path = tmp_path / name
+    path.write_bytes(content)
+    rc, err = failures_main(["--traces", str(path)], capsys)
+    assert rc == 2
+    assert_one_line_error(rc, err, f"--traces {path}", *needles)
+
+
+def test_failures_checks_paths_bins_and_values(tmp_path, no_tokenizer, capsys, monkeypatch):
+    from analysis import failures
+    from tests.test_failures import decode, make_trace
+
+    good = tmp_path / "moa.json"
+    good.write_text(json.dumps(make_trace()))
+    for argv, needles in ((["--traces", str(tmp_path / "none.jsonl.gz")], ["none.jsonl.gz", "no such file"]),
+                          (["--traces", str(tmp_path)], ["a folder"]),
+                          (["--traces", str(good), "--bins", "0"], ["--bins", "between 1 and 1000", "got 0"]),
+                          (["--traces", str(good), "--bins", "-4"], ["--bins", "got -4"]),
+                          (["--traces", str(good), "--out", str(good.parent / "moa.json" / "x.json")], ["--out"])):
+        rc, err = failures_main(argv, capsys)
+        assert_one_line_error(rc, err, *needles)
+    # the fields are there but a value is not what it says (an accepted node past the tree): still one line
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"events": [{"step": 1, "accepted": [3], "bonus": 1,
+                                           "tree": {"tokens": [], "parents": [], "draft_probs": []}}]}) + "\n")
+    monkeypatch.setattr(failures, "_load_tokenizer_decode", lambda: decode)
+    rc, err = failures_main(["--traces", str(bad)], capsys)
+    assert_one_line_error(rc, err, "--traces", "expected fields and values", "IndexError")
+    rc, err = failures_main(["--traces", str(good), "--bins", "5", "--out", str(tmp_path / "f.json")], capsys)
+    assert rc == 0 and "Traceback" not in err
+    assert len(json.loads((tmp_path / "f.json").read_text())["calibration"]) == 5
+
+
+@pytest.mark.parametrize("content,needles", [
+    (b"not json at all", ["not JSON", "analysis.moa_channels"]),
+    (bytes(range(256)), ["not a text file"]),
+    (b"[0.5, 0.4]", ["no top1_by_distance.normal", "a JSON list"]),
+    (b'{"top1_by_distance": {"no_ca": {"1": 0.5}}}', ["no top1_by_distance.normal", "keys top1_by_distance"]),
+    (b'{"top1_by_distance": {"normal": {"1": 0.5, "3": 0.4}}}', ["distances 1 to 2", "1, 3"]),
+    (b'{"top1_by_distance": {"normal": {"1": "high"}}}', ["normal['1']", "[0, 1]", '"high"']),
+    (b'{"top1_by_distance": {"normal": {"1": 1.5}}}', ["[0, 1]", "1.5"]),
+])
+def test_offline_bound_from_refuses_a_file_of_the_wrong_kind(content, needles, tmp_path, capsys):
+    path = tmp_path / "channels.json"
+    path.write_bytes(content)
+    rc, err = offline_main(["--bound-from", str(path)], capsys)
+    assert rc == 2
+    assert_one_line_error(rc, err, f"--bound-from {path}", *needles)
+
+
+def test_offline_checks_are_one_line(capsys):
+    for argv, needles in ((["--prompts", "0"], ["--prompts", "got 0"]), (["--horizon", "-2"], ["--horizon", "-2"]),
+                          (["--drop", "3:1"], ["3:1"]), (["--min-confidence", "1.5"], ["--min-confidence", "1.5"]),
+                          (["--bound-from", "/no/such/channels.json"], ["/no/such/channels.json", "no such file"])):
+        rc, err = offline_main(argv, capsys)
+        assert rc == 2
+        assert_one_line_error(rc, err, *needles)
+
+
+# seeds: refused in one line before any model loads, in every CLI that takes --seed
+BAD_SEEDS = [("1e23", ["'1e23'", "not a whole number"]), ("0.5", ["'0.5'"]), ("abc", ["'abc'"]),
+             (str(10**23), [str(10**23), "out of range"]), (str(2**64), [str(2**64), "out of range"]),
+             ("-1", ["-1", "out of range"]), ("9" * 5000, ["out of range"])]
+
+
+@pytest.mark.parametrize("seed,needles", BAD_SEEDS, ids=[s[:12] for s, _ in BAD_SEEDS])
+def test_bad_seed_refused_before_loading(seed, needles, no_model, capsys):
+    valid = ["--seed", "from 0 to 18446744073709551615"]
+    rc, err = gen_main(["--prompt", "hi", "--seed", seed], capsys)
+    assert rc == 2
+    assert_one_line_error(rc, err, *valid, *needles)
+    rc, err = cs_main([*CS_BASE, "--seed", seed], capsys)
+    assert_one_line_error(rc, err, *valid, *needles)
+    rc, err = offline_main(["--seed", seed], capsys)
+    assert_one_line_error(rc, err, *valid, *needles)
+
+
+def test_check_seed_takes_every_64_bit_seed():
+    assert cli_checks.check_seed(None) is None
+    assert cli_checks.check_seed("0") == 0 and cli_checks.check_seed(7) == 7
+    assert cli_checks.check_seed(str(2**64 - 1)) == 2**64 - 1 == cli_checks.SEED_MAX
+    torch.Generator().manual_seed(cli_checks.check_seed(str(2**64 - 1)))  # the largest one seeds a generator
+    for bad in (True, 2**64, -1, 1.0):
+        with pytest.raises(cli_checks.UsageError):
+            cli_checks.check_seed(bad)
+
+
+def test_target_pointed_at_a_drafter_checkpoint(tmp_path, no_model, capsys):
+    folder = tmp_path / "moa"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"format_version": 1, "method": "moa", "config": {"tli": 0}}))
+    (folder / "model.safetensors").write_bytes(b"")
+    needles = [str(folder), "drafter checkpoint (method 'moa')", "not a target", "--drafter", "smollm2",
+               "Hugging Face checkpoint folder", "ORG/NAME"]
+    rc, err = gen_main(["--prompt", "hi", "--target", str(folder)], capsys)
+    assert rc == 2
+    assert_one_line_error(rc, err, *needles)
+    rc, err = cs_main([*CS_BASE[:2], "--target", str(folder)], capsys)
+    assert_one_line_error(rc, err, *needles)
+
+
+def test_a_message_that_ends_in_a_colon_keeps_its_list():
+    err = OSError("Couldn't instantiate the backend tokenizer from one of:\n(1) a `tokenizers` file\n(2) a slow one")
+    assert cli_checks.one_line(err) == ("Couldn't instantiate the backend tokenizer from one of: (1) a `tokenizers` "
+                                        "file; (2) a slow one")
+    assert cli_checks.one_line(ValueError("first\nsecond")) == "first"
+
+
+def test_offline_min_confidence_has_one_source(capsys):
+    """--help of both CLIs, the README and the JSON output all give client.OFFLINE_MIN_CONFIDENCE."""
+    import re
+
+    from analysis.offline import main as offline_cli
+    from core.client_server.__main__ import main as cs_cli
+    from core.client_server.client import OFFLINE_MIN_CONFIDENCE
+
+    said = f"default {OFFLINE_MIN_CONFIDENCE:g};"
+    for cli in (cs_cli, offline_cli):
+        with pytest.raises(SystemExit):
+            cli(["--help"])
+        assert said in " ".join(capsys.readouterr().out.split())
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"--offline-min-confidence P`.*?\(default ([0-9.]+)", readme, re.S)
+    assert m and float(m.group(1)) == OFFLINE_MIN_CONFIDENCE
+    s = cs_json([*CS_BASE, "--method", "moa", "--drafter", "random", "--timing", "model", "--drafter-options",
+                 json.dumps({"lsa_heads": 2, "depth": 2, "top_k": 2, "total_tokens": 4})], capsys)
+    assert s["offline_min_confidence"] == OFFLINE_MIN_CONFIDENCE
+
+
+# ----- the loopback server: a token id outside the vocabulary ---------------------------------------------
+def _reply(req: urllib.request.Request) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_loopback_server_answers_an_out_of_vocabulary_token_and_stays_up():
+    from core.client_server.loopback import ServerProcess
+    from core.client_server.protocol import Prefill, Verify, encode
+
+    with ServerProcess("tiny", "ar", "float32", max_lifetime=120) as server:  # tiny: 64 token ids
+        code, body = _reply(server.request("/rpc", encode(Prefill("ar", [1, 2, 999], seq=1))))
+        assert code == 400, body
+        assert body.decode() == "prompt token id 999 is outside the vocabulary: ids run from 0 to 63"
+        assert _reply(server.request("/health"))[0] == 200
+        code, body = _reply(server.request("/rpc", encode(Prefill("ar", [1, 2, 3], seq=2))))
+        assert code == 200, body
+        code, body = _reply(server.request("/rpc", encode(Verify(3, 3, [5, 64]))))
+        assert code == 400 and b"draft token id 64 is outside the vocabulary" in body
+        code, body = _reply(server.request("/rpc", encode(Verify(4, 3, [5]))))  # the session is intact
+        assert code == 200, body
+
+
+# ----- the client-server simulation: a drop longer than the time limit -----------------------------------
+@pytest.mark.parametrize("extra,reported", [
+    (["--disconnect", "0:100", "--time-limit", "5"], 5.0),  # the link never comes back within the limit
+    (["--time-limit", "0.01"], 0.01),  # the first reply comes after the limit
+])
+def test_time_limit_caps_the_reported_time(extra, reported, capsys):
+    s = cs_json([*CS_BASE, "--method", "ar", "--timing", "model", *extra], capsys)
+    assert s["stop_reason"] == "time_limit" and s["new_tokens"] == 0
+    assert s["virtual_time_s"] == pytest.approx(reported)
+
+
+# ----- the app's API: None takes the documented defaults ------------------------------------------------
+def test_api_takes_none_as_the_documented_defaults():
+    from demo.api import DEFAULT_MAX_NEW_TOKENS, DEFAULT_METHOD, make_generate
+    from demo.runtime import Runtime
+
+    api_md = (ROOT / "demo" / "API.md").read_text(encoding="utf-8")
+    assert f"default `{DEFAULT_METHOD}`" in api_md and f"default {DEFAULT_MAX_NEW_TOKENS}" in api_md
+    generate = make_generate(Runtime(tiny=True, reference_tokens=4))
+    out = generate("hello there", None, 4)
+    assert out["method"] == "ar" and 1 <= out["new_tokens"] <= 4
+    out = generate("hello there", "pld", None)
+    assert out["method"] == "pld" and 1 <= out["new_tokens"] <= DEFAULT_MAX_NEW_TOKENS

@@ -20,6 +20,7 @@ import sys
 from core import cli_checks as checks
 from core.target import add_dtype_argument
 
+from .client import OFFLINE_MIN_CONFIDENCE
 from .network import PRESETS, parse_window, preset
 from .protocol import METHODS
 
@@ -42,7 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--drafter-options", default="", help="JSON: hyper-parameters of a random drafter / tree settings")
     p.add_argument("--target", default="smollm2", help="smollm2 (default), tiny, or a checkpoint path")
     add_dtype_argument(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the link model (jitter, loss)")
+    p.add_argument("--seed", type=str, default=0, metavar="N",
+                   help=f"seed of the link model (jitter, loss): a whole number from 0 to {checks.SEED_MAX}; default 0")
     p.add_argument("--timing", choices=["measured", "model"], default="measured",
                    help="simulation: measured compute times, or the fixed CostModel (reproducible)")
     p.add_argument("--time-limit", type=float, default=None,
@@ -54,7 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: the distance the drafter was trained for; 0 = none)")
     p.add_argument("--offline-min-confidence", type=float, default=None,
                    help="MoA: stop drafting offline where the drafter's probability of the whole provisional "
-                        "chain falls below this (a probability in [0, 1); default 0.2; 0 = only the horizon)")
+                        f"chain falls below this (a probability in [0, 1); default {OFFLINE_MIN_CONFIDENCE:g}; "
+                        "0 = only the horizon)")
     p.add_argument("--check", action="store_true", help="also compare with plain greedy decoding")
     p.add_argument("--json", action="store_true", help="print JSON (one object, or a list for --method all)")
     p.add_argument("--trace", default=None, help="write the full runs (trace included) as JSON to this file")
@@ -84,6 +87,7 @@ def check_args(args: argparse.Namespace):
 
     checks.check_prompt(args.prompt)
     checks.check_max_new_tokens(args.max_new_tokens)
+    args.seed = checks.check_seed(args.seed)
     checks.check_int_range(args.threads, "--threads", 1)
     if args.offline_horizon is not None:
         checks.check_int_range(args.offline_horizon, "--offline-horizon", 0)

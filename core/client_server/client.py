@@ -185,7 +185,7 @@ class RunResult:
     offline_tokens: int
     corrected_tokens: int
     confirmed_tokens: int
-    virtual_time_s: float
+    virtual_time_s: float  # when the last token came (none: when the run ended); never past the time limit
     server_calls: int
     retransmissions: int
     bytes_up: int
@@ -288,6 +288,8 @@ class Client:
             if env.time_exceeded():
                 return self._finish("time_limit")
             env.wait(pending)
+        if env.time_exceeded():  # the first reply came after the limit (a wait can jump straight past it)
+            return self._finish("time_limit")
         reply: Reply = pending.reply
         self._check_rows(reply, len(self.prompt))
         self.passes += 1

@@ -9,6 +9,9 @@
                      client made up and handed to the server through the environment
                      (SPECLENS_LOOPBACK_TOKEN), so other local users' processes cannot drive or stop
                      it (403); a body over MAX_BODY_BYTES is refused (413) without being read.
+                     A malformed message or one the session cannot take (a token id outside the
+                     vocabulary, a stale position) is answered 400 with a one-line reason; any other
+                     failure 500; either way the server stays up.
     client process   the same Client as the simulation (core.client_server.client), with a
                      LoopbackEnv: wall-clock time, messages really sent with urllib.
 
@@ -157,6 +160,8 @@ def serve(target_spec: str, dtype: str, method: str, drafter_spec: str | None, d
                 self._send(200, encode(reply, wide), "application/octet-stream", {"X-Compute-S": f"{dt:.6f}"})
             except (ProtocolError, ValueError) as err:
                 self._send(400, str(err).encode(), "text/plain")
+            except Exception as err:  # a request no check foresaw: an error reply, and the server stays up
+                self._send(500, f"the server could not answer: {type(err).__name__}: {err}".encode(), "text/plain")
 
     httpd = ThreadingHTTPServer((HOST, port), Handler)
     httpd.daemon_threads = True

@@ -35,7 +35,8 @@ from .protocol import PREFILL_REPLY, VERIFY_REPLY, Prefill, Reply, Verify, row_w
 
 
 class ProtocolError(ValueError):
-    """A request the server cannot serve (no session, stale position, wrong method)."""
+    """A request the server cannot serve (no session, stale position, wrong method, a token id outside the
+    vocabulary); the loopback server answers it with status 400 and stays up."""
 
 
 def module_hash(module: nn.Module | None) -> str:
@@ -103,12 +104,22 @@ class Server:
             return self._verify(msg)
         raise ProtocolError(f"the server does not take {type(msg).__name__} messages")
 
+    def _check_tokens(self, tokens: list[int], what: str) -> None:
+        """Every id a token of the target's vocabulary (the wire format itself allows up to 2**16 or 2**32)."""
+        vocab = self.target.vocab_size
+        bad = next((i for i in tokens if not 0 <= i < vocab), None)
+        if bad is not None:
+            raise ProtocolError(f"{what} token id {bad} is outside the vocabulary: ids run from 0 to {vocab - 1}")
+
     def _prefill(self, msg: Prefill) -> Reply:
         t = self.target
         if msg.method == "moa" and self.lsa is None:
             raise ProtocolError("this server has no MoA drafter (LSA) loaded")
         if not msg.prompt:
             raise ProtocolError("empty prompt")
+        self._check_tokens(msg.prompt, "prompt")
+        if msg.method == "moa" and not 0 <= msg.tli <= t.n_layers:
+            raise ProtocolError(f"TLI {msg.tli} is more target layers than the target has ({t.n_layers})")
         if len(msg.prompt) >= t.max_positions:
             raise ProtocolError(f"the prompt has {len(msg.prompt)} tokens; the context holds {t.max_positions}")
         self.method, self.tli = msg.method, msg.tli
@@ -130,6 +141,7 @@ class Server:
             raise ProtocolError(f"the request drafts from position {msg.position} but the verified root is at {past}")
         if past + 1 + len(msg.tokens) > t.max_positions:
             raise ProtocolError("the draft runs past the model's context")
+        self._check_tokens(msg.tokens, "draft")
         n = len(msg.tokens)
         tokens = torch.tensor(msg.tokens, dtype=torch.long)
         parents = torch.arange(n) - 1 if msg.parents is None else torch.tensor(msg.parents, dtype=torch.long)

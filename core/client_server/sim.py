@@ -176,9 +176,15 @@ class VirtualEnv:
 
 def finish(result: dict, env, method: str, net: NetworkModel, prompt_ids: list[int], target: Target,
            note: str = "") -> RunResult:
-    """Assemble a RunResult from the client's outcome and the env's accounting."""
+    """Assemble a RunResult from the client's outcome and the env's accounting.
+
+    virtual_time_s is when the last token came, or when the run ended if none came. A run stopped by its time
+    limit reports at most the limit: a wait for a link that stays down jumps the clock to the link's return
+    (or past the limit), which is not time the run took."""
     ids = result["token_ids"]
     last = max((i["t"] for i in result["token_info"]), default=env.now())
+    if result["stop_reason"] == "time_limit":
+        last = min(last, env.time_limit)
     text = target.decode(ids) if target.tokenizer is not None else " ".join(f"t{i}" for i in ids)
     return RunResult(
         method=method, mode=env.mode, network=net.to_dict(), prompt_ids=list(prompt_ids), token_ids=ids,

@@ -39,7 +39,7 @@ Amphista was published without code; this is our reading of the paper.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -71,6 +71,11 @@ class AmphistaConfig(DrafterConfig):
     tree_paths: list[list[int]] = field(default_factory=list)  # empty = static_tree.default_tree
     tree_accuracy: list[list[float]] = field(default_factory=list)  # measured per-rank accuracy per head
 
+    RANGES: ClassVar[dict] = {
+        **{k: ("an integer >= 1", lambda v: v >= 1) for k in ("num_heads", "num_layers_per_head")},
+        "stage1_heads": ("an integer >= -1 (-1: num_heads // 2)", lambda v: v >= -1),
+    }
+
 
 def _llama_layer(target: Target, idx: int) -> torch.nn.Module:
     """A LlamaDecoderLayer shaped like the target's, residual output projections zeroed."""
@@ -85,6 +90,7 @@ def _llama_layer(target: Target, idx: int) -> torch.nn.Module:
 class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
     name = "amphista"
     config_class = AmphistaConfig
+    random_options = ("tree_size", "tree_depth")
     growable = ("num_layers_per_head",)
 
     def __init__(self, config: AmphistaConfig, target: Target) -> None:
@@ -120,7 +126,7 @@ class AmphistaDrafter(StaticTreeMixin, TrainedDrafter):
     @classmethod
     def random(cls, target: Target, seed: int = 0, noise: float = 0.5, **hyper: Any) -> AmphistaDrafter:
         """Random drafter: the Medusa-equivalent initialisation plus noise on every zero/identity tensor."""
-        tree_opts = {k: hyper.pop(k) for k in ("tree_size", "tree_depth") if k in hyper}
+        tree_opts = {k: hyper.pop(k) for k in cls.random_options if k in hyper}
         model = super().random(target, seed, **hyper)
         zeroed = [model.fuse.weight, model.head_pos]
         for layer in (model.stage1, model.stage2, model.auto_embedding):

@@ -1,18 +1,22 @@
 """What every trained drafter shares: a config dataclass, save/load, the target fingerprint check.
 
 A checkpoint is a folder with `config.json` (method, hyper-parameters, the
-fingerprint of the target it was trained for) and `model.safetensors` (the
-drafter's own weights in bfloat16; the target's embedding, LM head and layers
-are reused from the loaded target and never stored).
+fingerprint of the target it was trained for) and the drafter's own weights in
+bfloat16 (the target's embedding, LM head and layers are reused from the loaded
+target and never stored), as the Hugging Face Hub shards them: one
+`model.safetensors` when they fit in one file under SHARD_BYTES, otherwise
+`model-0000i-of-0000n.safetensors` files with `model.safetensors.index.json`
+(a Space refuses any file over 10 MB). Both layouts load.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,6 +29,69 @@ from core.layers import pack_linears
 from core.target import Target
 
 FORMAT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+SHARD_BYTES = 9_500_000  # every weight file stays under the Hub's 10 MB limit for files outside Git LFS
+
+
+def weight_files(folder: str | Path) -> list[Path]:
+    """The weight files of a checkpoint folder (sharded per its index, or the single file); [] if none."""
+    folder = Path(folder)
+    index = folder / WEIGHTS_INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise CorruptCheckpointError(f"{index} is not a safetensors index ({err})") from None
+        return [folder / n for n in names]
+    return [folder / WEIGHTS_FILE] if (folder / WEIGHTS_FILE).is_file() else []
+
+
+def save_weights(state: dict[str, torch.Tensor], folder: Path, metadata: dict[str, str]) -> list[Path]:
+    """Write `state` as one file, or as shards of at most SHARD_BYTES each with an index; the other layout's
+    files in `folder` are removed, so a folder never holds two sets of weights."""
+    from safetensors.torch import save_file
+
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    for old in [*folder.glob("model-*-of-*.safetensors"), folder / WEIGHTS_INDEX, folder / WEIGHTS_FILE]:
+        old.unlink(missing_ok=True)
+    if len(shards) == 1:
+        save_file(shards[0], str(folder / WEIGHTS_FILE), metadata=metadata)
+        return [folder / WEIGHTS_FILE]
+    names = [f"model-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)]
+    for name, shard in zip(names, shards):
+        save_file(shard, str(folder / name), metadata=metadata)
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    index = {"metadata": {"total_size": total, **metadata},
+             "weight_map": {k: name for name, shard in zip(names, shards) for k in shard}}
+    (folder / WEIGHTS_INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    return [folder / n for n in names]
+
+
+def load_weights(folder: str | Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint folder's weights, sharded or single (CorruptCheckpointError if unreadable)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    files = weight_files(folder)
+    if not files:
+        raise FileNotFoundError(f"{folder}: no {WEIGHTS_FILE} or {WEIGHTS_INDEX}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            state.update(load_file(str(f)))
+        except (SafetensorError, OSError, ValueError) as err:
+            raise CorruptCheckpointError(f"{f} cannot be read: {err}") from err
+    return state
 
 
 def smooth_l1_rows(pred: torch.Tensor, true: torch.Tensor) -> torch.Tensor:
@@ -55,8 +122,20 @@ class DrafterConfig:
     # drown the token in `fc(embedding, feature)` and keep SmoothL1 in its L1 regime.
     feature_scale: float = 1.0
 
+    # field -> (what is valid, test) beyond its type; an int field not named here must be >= 0 and a float one finite
+    RANGES: ClassVar[dict[str, tuple[str, Callable[[Any], bool]]]] = {
+        "feature_scale": ("a finite number > 0", lambda v: v > 0)}
+
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def ranges(cls) -> dict[str, tuple[str, Callable[[Any], bool]]]:
+        """RANGES of this class and every config class it extends (the nearer class wins)."""
+        out: dict = {}
+        for klass in reversed(cls.__mro__):
+            out.update(vars(klass).get("RANGES", {}))
+        return out
 
     @classmethod
     def from_json(cls, data: Any, where: str = "config.json") -> DrafterConfig:
@@ -66,6 +145,7 @@ class DrafterConfig:
         if not isinstance(data, dict):
             raise CorruptCheckpointError(f"{where}: 'config' must be a JSON object, got {json_kind(data)}")
         check_fields(cls, data, where, required=TARGET_FIELDS)
+        check_ranges(cls, data, where)
         return cls(**data)
 
 
@@ -124,6 +204,40 @@ def check_fields(cls: type, data: dict, where: str, required: Sequence[str] = ()
                                          f"got {shown} ({json_kind(value)})")
 
 
+def check_ranges(cls: type, data: dict, where: str) -> None:
+    """Raise CorruptCheckpointError unless every value in `data` (already of its field's type) is in range:
+    the class's RANGES, else ints >= 0 and finite floats."""
+    hints, ranges = typing.get_type_hints(cls), cls.ranges()
+    for name, value in data.items():
+        if name in ranges:
+            valid, ok = ranges[name]
+            good = ok(value) and (not isinstance(value, float) or math.isfinite(value))
+        elif hints.get(name) is int:
+            valid, good = "an integer >= 0", value >= 0
+        elif hints.get(name) is float:
+            valid, good = "a finite number", math.isfinite(value)
+        else:
+            continue
+        if not good:
+            raise CorruptCheckpointError(f"{where}: field {name!r} must be {valid}, got {json.dumps(value)}")
+
+
+def check_hyper(config_class: type[DrafterConfig], method: str, hyper: dict, extra: Sequence[str] = ()) -> None:
+    """Raise a one-line ValueError naming an unknown hyper-parameter, or one of the wrong type or out of range
+    (the checks a checkpoint's config.json gets). `extra`: options the drafter's `random()` takes besides its
+    config's fields (not checked here)."""
+    allowed = {f.name for f in dataclasses.fields(config_class)} - set(TARGET_FIELDS)
+    unknown = sorted(set(hyper) - allowed - set(extra))
+    if unknown:
+        raise ValueError(f"{method} has no option {', '.join(unknown)}; options: {', '.join(sorted(allowed))}")
+    fields = {k: v for k, v in hyper.items() if k in allowed}
+    try:
+        check_fields(config_class, fields, f"{method} option")
+        check_ranges(config_class, fields, f"{method} option")
+    except CorruptCheckpointError as e:
+        raise ValueError(str(e)) from None
+
+
 # DrafterConfig fields filled from the loaded target, never set as hyper-parameters
 TARGET_FIELDS = ("hidden_size", "vocab_size", "n_target_layers", "target_fingerprint", "target_source")
 
@@ -145,6 +259,7 @@ class TrainedDrafter(torch.nn.Module, Drafter):
     config_class: ClassVar[type[DrafterConfig]] = DrafterConfig
     # hyper-parameters a continued run may raise: `grow` adds layers that start as the identity
     growable: ClassVar[tuple[str, ...]] = ()
+    random_options: ClassVar[tuple[str, ...]] = ()  # options `random()` takes besides the config's fields
 
     def __init__(self, config: DrafterConfig, target: Target) -> None:
         torch.nn.Module.__init__(self)
@@ -155,6 +270,7 @@ class TrainedDrafter(torch.nn.Module, Drafter):
     @classmethod
     def random(cls, target: Target, seed: int = 0, **hyper: Any) -> TrainedDrafter:
         """A randomly initialised drafter for `target` (tau near 1: for tests and teaching)."""
+        check_hyper(cls.config_class, cls.name, hyper)
         torch.manual_seed(seed)
         cfg = cls.config_class(**{**hyper, **target_fields(target)})
         model = cls(cfg, target)
@@ -198,8 +314,6 @@ class TrainedDrafter(torch.nn.Module, Drafter):
                 f"(fingerprint {target.fingerprint}); load the matching target or train a drafter for this one")
 
     def save_pretrained(self, folder: str | Path, extra: dict | None = None) -> None:
-        from safetensors.torch import save_file
-
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         meta = {"format_version": FORMAT_VERSION, "method": self.name, "config": self.config.to_json()}
@@ -207,7 +321,7 @@ class TrainedDrafter(torch.nn.Module, Drafter):
         # weights in bfloat16; integer buffers (a drafting vocabulary's token ids) must stay exact
         state = {k: (v.detach().to(torch.bfloat16) if v.is_floating_point() else v.detach()).contiguous().cpu()
                  for k, v in self.state_dict().items()}
-        save_file(state, str(folder / "model.safetensors"), metadata={"method": self.name})
+        save_weights(state, folder, metadata={"method": self.name})
         (folder / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     @classmethod
@@ -217,8 +331,9 @@ class TrainedDrafter(torch.nn.Module, Drafter):
         DrafterMismatchError name the file and what is wrong."""
         folder = Path(folder)
         path = folder / "config.json"
-        if not path.is_file() or not (folder / "model.safetensors").is_file():
-            raise FileNotFoundError(f"{folder} is not a drafter checkpoint (needs config.json and model.safetensors)")
+        if not path.is_file() or not weight_files(folder):
+            raise FileNotFoundError(f"{folder} is not a drafter checkpoint (needs config.json and "
+                                    f"{WEIGHTS_FILE} or {WEIGHTS_INDEX} with its shards)")
         try:
             meta = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -239,9 +354,6 @@ class TrainedDrafter(torch.nn.Module, Drafter):
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, target: Target) -> TrainedDrafter:
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         folder = Path(folder)
         path = folder / "config.json"
         meta, cfg = cls.read_config(folder)
@@ -251,10 +363,7 @@ class TrainedDrafter(torch.nn.Module, Drafter):
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise CorruptCheckpointError(f"{path}: its config cannot build a {cls.name} drafter ({first})") from None
         model.check_target(target)
-        try:
-            state = load_file(str(folder / "model.safetensors"))
-        except (SafetensorError, OSError, ValueError) as err:
-            raise CorruptCheckpointError(f"{folder / 'model.safetensors'} cannot be read: {err}") from err
+        state = load_weights(folder)
         missing, unexpected = model.load_state_dict(state, strict=False)
         if missing or unexpected:
             raise CorruptCheckpointError(

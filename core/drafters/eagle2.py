@@ -26,7 +26,7 @@ The distillation loss helpers it shares with MoA live in core.drafters.trained.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -75,6 +75,11 @@ class Eagle2Config(DrafterConfig):
     eval_depth: int = 3  # training metrics acc@1..eval_depth (deeper ones feed back own features)
     draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
     context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
+
+    RANGES: ClassVar[dict] = {
+        **{k: ("an integer >= 1", lambda v: v >= 1) for k in ("depth", "top_k", "total_tokens", "eval_depth")},
+        **{k: ("a finite number >= 0", lambda v: v >= 0) for k in ("noise", "ce_weight")},
+    }
 
 
 class Eagle2Drafter(TrainedDrafter):

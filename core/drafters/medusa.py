@@ -36,7 +36,7 @@ Choices and deviations (docs/ARCHITECTURE.md, "Medusa"):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -65,10 +65,15 @@ class MedusaConfig(DrafterConfig):
     tree_paths: list[list[int]] = field(default_factory=list)  # empty = static_tree.default_tree
     tree_accuracy: list[list[float]] = field(default_factory=list)  # measured per-rank accuracy per head
 
+    RANGES: ClassVar[dict] = {
+        **{k: ("an integer >= 1", lambda v: v >= 1) for k in ("num_heads", "num_layers_per_head")},
+    }
+
 
 class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
     name = "medusa"
     config_class = MedusaConfig
+    random_options = ("tree_size", "tree_depth")
     growable = ("num_layers_per_head",)
 
     def __init__(self, config: MedusaConfig, target: Target) -> None:
@@ -89,7 +94,7 @@ class MedusaDrafter(StaticTreeMixin, TrainedDrafter):
     @classmethod
     def random(cls, target: Target, seed: int = 0, noise: float = 0.5, **hyper: Any) -> MedusaDrafter:
         """Random heads: zero-initialised W and b plus N(0, (noise/sqrt(H))^2) noise (module docstring)."""
-        tree_opts = {k: hyper.pop(k) for k in ("tree_size", "tree_depth") if k in hyper}
+        tree_opts = {k: hyper.pop(k) for k in cls.random_options if k in hyper}
         model = super().random(target, seed, **hyper)
         perturb([p for blocks in model.heads for p in blocks.parameters()], noise, seed)
         if tree_opts:

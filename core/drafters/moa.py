@@ -56,46 +56,26 @@ where the drafter's probability for the whole provisional chain falls below
 With `draft_vocab_size` > 0 only the final projection is restricted to the drafting
 vocabulary (core.drafters.draft_vocab); TLI layers are unchanged.
 
-Our choices where we differ from, or go beyond, the reference code (each for a reason):
-  * LSA reads pre-RoPE keys (the target's k projections before rotation): the layer sequence
-    of one token should not depend on where the token sits; CA adds the position itself.
-  * A prediction reads target activations strictly before its own position (v(j) < j) and
-    the root's own activations are never available: at inference the root is the target's
-    bonus token, which the target has not yet run, so training must not show it either.
-  * `ca_mlp` (an MLP block after cross-attention) was part of our earlier drafters; it runs
-    for every drafted node, so new drafters leave it out (the reference layout) and put the
-    capacity in the full-width LSA, which runs once per verified token instead.
-  * `staircase="window"` (our earlier curriculum: one mask whose window grows) is kept for
-    old checkpoints; "random" is the reference's per-sequence coin between the staircase and
-    the causal mask, with the staircase's probability falling linearly to 0 at staircase_until.
-  * A continued run (core.training --init-from) that changes the LSA layout rebuilds only the
-    LSA encoder and keeps SA, CA and the head (MoADrafter.rebuilt), instead of starting from
-    random weights: on two CPU cores there is no budget for a from-scratch run.
-  * `ca_window` > 0 (our addition; 0, the reference layout, is the default): CA reads only the last
-    `ca_window` verified positions. With the whole memory, CA learned an attention sink on early prompt
-    positions and did not use where its memory came from (docs/RESULTS.md, "MoA"); the window leaves it
-    only the recent verified states to read, and training applies the same window in CA's mask.
-  * `final_feature` (our addition; False, the reference layout, is the default): the target's final feature
-    at the last verified position (LayerNorm, then a zero-initialised linear, computed in the LSA module as
-    a second vector per verified token) is added to every drafted position's SA output before CA. The
-    per-layer keys and values LSA reads stop one layer short of that feature, which is what EAGLE-2 drafts
-    from; three MoA-only phases that left the input alone (LSA width, objective, CA window) each moved online
-    tau by about 0.01 (docs/TRAINING.md). Added to CA's memory instead, the feature had to pass CA's
-    192-wide values and a learned recency, and 400 steps barely moved acc@1; added to the stream it is one
-    vector a cycle, shared by every node. The server computes it, so it travels in the payload row; the
-    drafter still never reads a feature of an unverified token, so offline drafting works as before (every
-    provisional token sees the last verified feature, as training's positions past a verified one do).
-    `final_feature_gain` multiplies that vector: SA starts as the target's first layer, whose output varies by
-    about 47 per channel from token to token, while the projected feature varied by 1.5 after phase 14b, so
-    switching it off changed 4% of top-1 predictions. A gain lets the feature reach the stream's scale at a
-    normal learning rate.
-  * `sa_drop` (training only, our addition; 0 by default): per sequence, with that probability, SA's attention
-    and MLP outputs are replaced by the bare token embedding, so the loss can only be lowered through CA and
-    the final feature. SA starts as the target's first layer and its output dominates the stream (about 10x
-    CA's spread), and neither a gain (the feature) nor a faster rate (CA's output) made the network listen to
-    the target's channels more; this changes the objective instead. Inference is unchanged.
-  * Long-horizon variants (`moa-h24`: period_max 24) train predictions up to 24 tokens past the last
-    verified one, for ~20-token offline chains (`make moa-phase19`: no more confirmed, so not shipped).
+The reference code is huawei-noah/HEBO, branch mixture-of-attentions, moa_spec/models/train/moa_spec.py (MS) and
+cross_attention.py (CX). What new drafters take from it (MoAConfig defaults; older checkpoints load with the
+values they were built with, LEGACY): LSA at the full width of each layer's K+V (MS:69-73); a CA block with one
+RMSNorm on both the query stream and the memory (CX:172-173, `memory_norm`) and a residual MLP after the attention
+(CX:135, 190-193, `ca_mlp`); every weight, RMSNorm gains included, drawn from N(0, 0.02) (MS:77-91,
+`reference_init`); in training, a verified row reads its own memory row (MS:162, 210, `own_row_reads`) and the
+staircase, a per-sequence coin whose probability falls linearly to 0 at half of training (MS:137-140), restricts
+SA to the current segment (MS:177).
+
+Our choices where we differ (why: docs/ARCHITECTURE.md, "MoA"):
+  * LSA reads pre-RoPE keys, so a token's layer sequence does not depend on its position; CA adds it.
+  * At inference a prediction reads target activations strictly before its own position: the root is the
+    target's bonus token, which the target has not run yet. Own-row reads are a training signal only.
+  * Our output head: out_norm, a linear and feature_scale after CA (the reference feeds CA's output to the LM head).
+  * Options kept for the drafters shipped before the reference layout: `lsa_full_width=False` (narrow LSA),
+    `init_from_target` (SA from the target's first layer, CA from its last layer's attention), `staircase="window"`,
+    `ca_window` (CA reads the W most recent verified rows), `final_feature` (the target's final feature at the
+    last verified position joins the stream before CA, times `final_feature_gain`), `sa_drop` (training drops SA's
+    output per sequence). A continued run that changes the LSA layout rebuilds only the LSA (`rebuilt`).
+  * Long-horizon variants (`moa-h24`: period_max 24) train predictions up to 24 tokens past the last verified one.
 
 Training (`training_loss`), T-step bounded and on-policy: per sequence a period k is drawn
 from [period_min, period_max] (the reference code's 6..14); positions divisible by k and
@@ -121,7 +101,7 @@ for N > 0, hidden[L-N] (the regressed state). The trainer reads `train_needs` wh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -136,19 +116,16 @@ from core.drafters.dynamic_tree import (
     build_dynamic_tree,
 )
 from core.drafters.moa_attention import CrossAttention, FusedPredict, LayerSelfAttention
+from core.drafters.moa_training import MoATraining
 from core.drafters.trained import (
     DrafterConfig,
-    TrainBatch,
     TrainedDrafter,
     apply_tree_options,
     check_draft_vocab_size,
     check_hyper,
-    distill_terms,
     layer_config,
     resolve_auto_tree,
     rope_kv,
-    target_tokens_in_vocab,
-    weighted_mean,
 )
 from core.kv_cache import KVCache
 from core.layers import (
@@ -162,7 +139,6 @@ from core.target import Target
 from core.tree import DraftTree
 
 MAX_TLI = 3
-ACC_DISTANCES = 6  # training metrics acc@1..6, by distance from the last verified position
 
 
 @dataclass
@@ -178,7 +154,7 @@ class MoAConfig(DrafterConfig):
     lsa_mlp_ratio: int = 4  # the LSA encoder's MLP width / its model width
     # An MLP block after cross-attention (our earlier layout, not the reference's). It runs for every
     # drafted token, so it costs drafting time; the LSA encoder runs once per verified token instead.
-    ca_mlp: bool = False
+    ca_mlp: bool = True
     # Cross-attention reads only the `ca_window` most recent verified positions (0: all of them). Our addition:
     # with the whole memory, CA learned an attention sink on early prompt positions and ignored where its
     # memory came from (docs/RESULTS.md, "MoA"); a window makes the recent verified states the only ones to read.
@@ -192,7 +168,20 @@ class MoAConfig(DrafterConfig):
     # A fresh drafter starts SA as a copy of the target's first layer (both read token embeddings) and
     # CA's projections as copies of the target's last layer's attention (LSA vectors regress deep
     # states); our choice, where the reference code starts from random weights. Only `random()` reads it.
-    init_from_target: bool = True
+    init_from_target: bool = False
+    # Every weight of LSA, SA, CA and the head, RMSNorm and LayerNorm gains included, drawn from N(0, 0.02), so each
+    # block starts near silent (the reference's `_init_weights`, moa_spec/models/train/moa_spec.py:77-91). LSA's
+    # input LayerNorm keeps gain 1: it stands for the raw K+V that the reference's LSA residual carries (line 146).
+    # Only `random()` reads it.
+    reference_init: bool = True
+    # Training only: a verified row (every prompt row, and the answer row that closes each period) reads its own
+    # memory row in CA, at distance 0, as the reference's CA mask `idx_j <= start(i)` does (moa_spec.py:210, with
+    # start(i) the last verified position <= i, line 162); under the staircase SA then sees only that row itself
+    # (line 177). False: every row reads strictly earlier rows. Held-out evaluation always runs as inference does.
+    own_row_reads: bool = True
+    # Memory rows pass CA's input RMSNorm (the one the query stream passes) before CA's keys and values, as the
+    # reference's cross-attention layer normalises both inputs with one norm (cross_attention.py:172-173).
+    memory_norm: bool = True
     depth: int = DEFAULT_DEPTH  # tree settings: see core.drafters.dynamic_tree for why these defaults
     top_k: int = DEFAULT_TOP_K
     total_tokens: int = DEFAULT_TOTAL_TOKENS
@@ -211,14 +200,40 @@ class MoAConfig(DrafterConfig):
     draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
     context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
 
+    RANGES: ClassVar[dict] = {
+        "tli": (f"an integer in 0..{MAX_TLI}", lambda v: 0 <= v <= MAX_TLI),
+        **{k: ("an integer >= 1", lambda v: v >= 1) for k in ("depth", "top_k", "total_tokens", "lsa_dim",
+                                                              "lsa_mlp_ratio", "period_min", "period_max")},
+        "staircase_until": ("a number in [0, 1]", lambda v: 0 <= v <= 1),
+        "sa_drop": ("a number in [0, 1)", lambda v: 0 <= v < 1),
+        "final_feature_gain": ("a finite number > 0", lambda v: v > 0),
+        "ce_weight": ("a finite number >= 0", lambda v: v >= 0),
+        "staircase": ("'random' or 'window'", lambda v: v in ("random", "window")),
+    }
 
-class MoADrafter(TrainedDrafter):
+    @classmethod
+    def from_json(cls, data: Any, where: str = "config.json") -> MoAConfig:
+        """As DrafterConfig.from_json, except that a checkpoint written before a reference-training field existed
+        gets the value it was trained and runs with (LEGACY), not the new-run default."""
+        if isinstance(data, dict):
+            data = {**LEGACY, **data}
+        return super().from_json(data, where)
+
+
+# What a MoA checkpoint that lacks these fields was built with: no memory norm, target-layer initialisation,
+# strictly earlier CA reads, and no MLP after CA (checkpoints from before `ca_mlp` existed had none).
+LEGACY = {"memory_norm": False, "reference_init": False, "own_row_reads": False, "init_from_target": True,
+          "ca_mlp": False}
+
+
+class MoADrafter(MoATraining, TrainedDrafter):
     name = "moa"
     config_class = MoAConfig
     # continuing a published drafter (core.training --init-from): these may change freely...
-    training_only = ("period_min", "period_max", "staircase", "staircase_until", "ce_weight", "sa_drop")
+    training_only = ("period_min", "period_max", "staircase", "staircase_until", "ce_weight", "sa_drop",
+                     "own_row_reads", "reference_init", "init_from_target")
     # ...and changing one of these rebuilds the LSA encoder from scratch (SA, CA and head are kept)
-    rebuilt = {"ca_window": (), "final_feature": ("lsa.feat",), "final_feature_gain": ("lsa.feat",),
+    rebuilt = {"ca_window": (), "memory_norm": (), "final_feature": ("lsa.feat",), "final_feature_gain": ("lsa.feat",),
                "lsa_full_width": ("lsa.",), "lsa_dim": ("lsa.",), "lsa_heads": ("lsa.",), "lsa_mlp_ratio": ("lsa.",),
                "ca_mlp": ("mlp.", "mlp_norm.")}
 
@@ -239,6 +254,8 @@ class MoADrafter(TrainedDrafter):
         drop = config.sa_drop
         if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not 0 <= drop < 1:
             raise ValueError(f"sa_drop must be a number in [0, 1) (0: SA always runs in training), got {drop!r}")
+        if config.reference_init and config.init_from_target:
+            raise ValueError("reference_init and init_from_target exclude each other: pick one initialisation")
         if not 1 <= config.period_min <= config.period_max:
             raise ValueError(f"need 1 <= period_min <= period_max, got {config.period_min}, {config.period_max}")
         check_draft_vocab_size(config.draft_vocab_size, target)
@@ -281,10 +298,37 @@ class MoADrafter(TrainedDrafter):
     @classmethod
     def random(cls, target: Target, seed: int = 0, **hyper: Any) -> MoADrafter:
         check_hyper(cls.config_class, cls.name, hyper)
+        if hyper.get("init_from_target") and "reference_init" not in hyper:
+            hyper["reference_init"] = False  # asking for the target's layers is asking for that initialisation
         model = super().random(target, seed, **hyper)
         if model.config.init_from_target:
             model.copy_target_layers()
+        elif model.config.reference_init:
+            model.reference_initialise(seed)
         return model
+
+    @torch.no_grad()
+    def reference_initialise(self, seed: int = 0, std: float = 0.02) -> None:
+        """Every linear weight, embedding-like parameter and norm gain ~ N(0, std), biases 0 (MoAConfig.reference_init).
+        LSA's input LayerNorm keeps gain 1, bias 0."""
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+        gen = torch.Generator().manual_seed(seed + 1)
+
+        def normal_(t: torch.Tensor) -> None:
+            t.copy_((torch.randn(t.shape, generator=gen) * std).to(t.dtype))
+
+        for name, module in self.named_modules():
+            if name == "lsa.feat":
+                continue  # final_feature's projection starts at zero (module docstring)
+            if name == "lsa.in_norm":
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, (nn.Linear, nn.LayerNorm, LlamaRMSNorm)):
+                normal_(module.weight)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+        normal_(self.lsa.layer_pos)
 
     @torch.no_grad()
     def copy_target_layers(self) -> None:
@@ -311,6 +355,10 @@ class MoADrafter(TrainedDrafter):
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self.target.rope(positions)
         return cos.to(self._dtype), sin.to(self._dtype)
+
+    def memory(self, vec: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """LSA vectors [B, S, H] -> CA's roped keys and values (through CA's input norm with memory_norm)."""
+        return self.ca.memory(self.ca_norm(vec) if self.config.memory_norm else vec, cos, sin)
 
     def _predict(self, sa_out: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mem_k: torch.Tensor,
                  mem_v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -550,121 +598,3 @@ class MoADrafter(TrainedDrafter):
         if self._lsa_attention is not None:
             tree.extras.update({"lsa_attention": self._lsa_attention, "lsa_tokens": self._lsa_tokens})
         return tree
-
-    # ----- training ----------------------------------------------------------------------------
-    def last_verified(self, batch: TrainBatch, period: torch.Tensor | None = None,
-                      verified: torch.Tensor | None = None) -> torch.Tensor:
-        """v(j) [B, T]: the last verified position strictly before j (-1 if none).
-
-        verified: bool [B, T] overrides the periodic rule; period: [B] overrides the random draw.
-        """
-        ids = batch.input_ids
-        b, t = ids.shape
-        pos = torch.arange(t, device=ids.device)[None].expand(b, t)
-        if verified is None:
-            if period is None:
-                period = torch.randint(self.config.period_min, self.config.period_max + 1, (b,), device=ids.device)
-            verified = (pos % period.to(ids.device)[:, None] == 0) | (batch.loss_mask == 0)
-        upto = torch.where(verified, pos, torch.full_like(pos, -1)).cummax(dim=1).values  # last verified <= j
-        return torch.cat([torch.full_like(upto[:, :1], -1), upto[:, :-1]], dim=1)
-
-    def ca_read_mask(self, last: torch.Tensor) -> torch.Tensor:
-        """bool [B, T, T]: the positions CA may read for the prediction at each j, those <= v(j) = last[:, j]
-        (the last `ca_window` of them with a window). Positions with no verified past (only position 0) read
-        position 0: a dummy that keeps the softmax finite; they carry no loss."""
-        pos = torch.arange(last.shape[1], device=last.device)
-        cols, lv = pos[None, None, :], last[:, :, None]
-        mask = (cols <= lv) | ((lv < 0) & (cols == 0))
-        if self.config.ca_window:
-            mask = mask & (cols > lv - self.config.ca_window)
-        return mask
-
-    def train_forward(self, batch: TrainBatch, last: torch.Tensor,
-                      progress: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher-forced pass mirroring inference. Returns (predicted state, final feature), each [B, T, H]."""
-        tgt, cfg = self.target, self.config
-        ids = batch.input_ids
-        b, t = ids.shape
-        big_l, n = cfg.n_target_layers, cfg.tli
-        kv = batch.layer_kv
-        pos = torch.arange(t, device=ids.device)[None].expand(b, t)
-        cos, sin = self._rope(pos)
-        rows, cols, lv = pos[:, :, None], pos[:, None, :], last[:, :, None]
-        causal = cols <= rows
-        # LSA runs on each token on its own, so computing it for every position is exact; CA's mask
-        # decides which positions a prediction may read.
-        vec, _ = self.lsa(kv.reshape(b * t, big_l, -1),
-                          final=batch.hidden[big_l].reshape(b * t, -1) if cfg.final_feature else None)
-        vec = vec.view(b, t, -1)
-        shortcut = None
-        if cfg.final_feature:  # the projected final feature at v(j) joins position j's stream (see inference)
-            h = cfg.hidden_size
-            vec, feats = vec[..., :h], vec[..., h:]
-            shortcut = feats.gather(1, last.clamp(min=0)[..., None].expand(b, t, h))
-        frac = 1.0 if cfg.staircase_until <= 0 else min(1.0, max(0.0, progress) / cfg.staircase_until)
-        if cfg.staircase == "window":  # one mask whose reach into earlier segments grows with progress
-            sa_mask = causal & (cols > lv - round(frac * t))
-        else:  # per sequence: the staircase (current unverified segment only) with probability 1 - frac
-            stair = torch.rand(b, device=ids.device) < 1.0 - frac
-            sa_mask = causal & ((cols > lv) | ~stair[:, None, None])
-        emb = tgt.embed_tokens(ids).to(self._dtype)
-        sa_out, _ = decoder_layer(self.sa, emb, cos, sin, sa_mask[:, None], None, 0, tgt.head_dim)
-        if self.training and cfg.sa_drop > 0:  # per sequence: the token's embedding only (MoAConfig.sa_drop)
-            dropped = torch.rand(b, device=ids.device) < cfg.sa_drop
-            sa_out = torch.where(dropped[:, None, None], emb, sa_out)
-        if shortcut is not None:
-            sa_out = sa_out + shortcut
-        mem_k, mem_v = self.ca.memory(vec, cos, sin)
-        state = self._predict(sa_out, cos, sin, mem_k, mem_v, self.ca_read_mask(last)[:, None])
-        final = state
-        if n:
-            tcos, tsin = tgt.rope(pos)
-            tli_mask = torch.cat([cols <= lv, causal & (cols > lv)], dim=2)[:, None]  # [true K/V | predicted]
-            final = state.to(tgt.dtype)
-            for i in range(n):
-                k_true, v_true = rope_kv(kv[:, :, big_l - n + i], tcos, tsin, tgt.kv_heads, tgt.head_dim)
-                final, _ = decoder_layer(tgt.layers[big_l - n + i], final, tcos, tsin, tli_mask, None, 0,
-                                         tgt.head_dim, extra_kv=(k_true, v_true))
-        return state, final
-
-    def training_loss(self, batch: TrainBatch, progress: float) -> tuple[torch.Tensor, dict[str, float]]:
-        """0.1 * CE(target, drafter) + SmoothL1 on the final feature (0.5/0.5 with the layer L-N state if N > 0).
-
-        The prediction at j counts with weight loss_mask[j] * attention_mask[j] (the query token is
-        part of the answer, as every root and drafted token is). Sequences are assumed right-padded.
-        """
-        cfg = self.config
-        big_l, n = cfg.n_target_layers, cfg.tli
-        last = self.last_verified(batch)
-        state, final = self.train_forward(batch, last, progress)
-        t = batch.input_ids.shape[1]
-        dist = torch.arange(t, device=last.device)[None] - last
-        w = (batch.loss_mask * batch.attention_mask).float() * (last >= 0)
-        sel = w > 0
-        wr = w[sel]
-        f_true = batch.hidden[big_l].detach()
-        loss_final = weighted_mean(self.feature_loss_rows(final[sel], f_true[sel]), wr)
-        metrics = {}
-        if n:
-            loss_state = weighted_mean(self.feature_loss_rows(state[sel], batch.hidden[big_l - n].detach()[sel]), wr)
-            loss_feat = 0.5 * loss_final + 0.5 * loss_state
-            metrics["loss_state"] = float(loss_state.detach())
-        else:
-            loss_feat = loss_final
-        ce, d_top, t_top = distill_terms(self.vocab, final[sel], f_true[sel])
-        # the prediction at j is of token j + 1; the last one lies past the data (padded in-vocabulary)
-        ids = batch.input_ids
-        next_ids = torch.cat([ids[:, 1:], self.vocab.to_token_ids(torch.zeros_like(ids[:, :1]))], dim=1)
-        t_top = target_tokens_in_vocab(self.vocab, t_top, next_ids[sel])
-        loss_ce = weighted_mean(ce, wr)
-        loss = loss_feat + cfg.ce_weight * loss_ce
-        agree = (d_top == t_top).float()
-        metrics.update({"loss": float(loss.detach()), "loss_feat": float(loss_feat.detach()),
-                        "loss_final": float(loss_final.detach()), "loss_ce": float(loss_ce.detach()),
-                        "acc": float(weighted_mean(agree, wr))})
-        d_sel = dist[sel]
-        for d in range(1, ACC_DISTANCES + 1):
-            at = d_sel == d
-            if bool(at.any()):
-                metrics[f"acc@{d}"] = float(weighted_mean(agree[at], wr[at]))
-        return loss, metrics

@@ -37,6 +37,7 @@ class FusedPredict:
     kv_heads: int
     head_dim: int
     scale: float  # the drafter's feature_scale: predicted states back in the target's units
+    memory_norm: bool  # MoAConfig.memory_norm: memory rows pass ca_norm before the keys and values
 
     @classmethod
     @torch.no_grad()
@@ -54,7 +55,7 @@ class FusedPredict:
                    mlp=mlp, out_norm=d.out_norm.weight.detach().clone(), out_eps=float(d.out_norm.variance_epsilon),
                    head=head, packed=tuple(maybe_pack(w) for w in mats) + (None,) * (5 - len(mats)), kv=kv,
                    kv_packed=maybe_pack(kv), heads=d.ca.heads, kv_heads=d.ca.kv_heads, head_dim=d.ca.head_dim,
-                   scale=float(d.config.feature_scale))
+                   scale=float(d.config.feature_scale), memory_norm=bool(d.config.memory_norm))
 
     @classmethod
     def cached(cls, d: nn.Module) -> FusedPredict:
@@ -64,7 +65,9 @@ class FusedPredict:
                            lambda: cls.from_drafter(d))
 
     def memory(self, vec: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """CrossAttention.memory on these copies: LSA vectors [B, S, H] -> roped keys, values [B, kv_heads, S, D]."""
+        """MoADrafter.memory on these copies: LSA vectors [B, S, H] -> roped keys, values [B, kv_heads, S, D]."""
+        if self.memory_norm:
+            vec = _rms(vec, self.ca_norm, self.ca_eps)
         return rope_kv(linear(vec, self.kv, None, self.kv_packed), cos, sin, self.kv_heads, self.head_dim)
 
     def predict(self, sa_out: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mem_k: torch.Tensor,

@@ -8,7 +8,6 @@ Each drafter module imports these from here and never from a sibling drafter. do
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 from functools import partial
 
@@ -16,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from core.drafters.checkpoint import TARGET_FIELDS, DrafterConfig, TrainBatch, TrainedDrafter
+from core.drafters.checkpoint import TARGET_FIELDS, DrafterConfig, TrainBatch, TrainedDrafter, check_hyper
 from core.drafters.draft_vocab import DraftVocab
 from core.drafters.dynamic_tree import check_tree_settings
 from core.layers import cached_copy
@@ -118,14 +117,6 @@ def check_draft_vocab_size(size: int, target: Target) -> None:
 
 def weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (x * w).sum() / w.sum().clamp_min(1e-6)
-
-
-def check_hyper(config_class: type[DrafterConfig], method: str, hyper: dict) -> None:
-    """Raise a ValueError naming the unknown hyper-parameters (the dataclass would raise a TypeError)."""
-    allowed = {f.name for f in dataclasses.fields(config_class)} - set(TARGET_FIELDS)
-    unknown = sorted(set(hyper) - allowed)
-    if unknown:
-        raise ValueError(f"{method} has no option {', '.join(unknown)}; options: {', '.join(sorted(allowed))}")
 
 
 AUTO = "auto"  # depth / total_tokens "auto": sized for this machine (core.cost_curve.choose_tree); the default

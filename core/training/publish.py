@@ -2,7 +2,7 @@
 reading a published drafter back to continue training it (`--init-from`).
 
 A published folder holds `config.json` (hyper-parameters, the target's fingerprint and a `training`
-record that nests the records of the runs it continued), `model.safetensors` and the model card
+record that nests the records of the runs it continued), the weights (sharded under 10 MB a file) and the model card
 `README.md` written from them. Training logs and curves stay in the run folder under `runs/`
 (git-ignored); the card summarises the training instead.
 """
@@ -88,7 +88,8 @@ def model_card(name: str, meta: dict) -> str:
                   f"{max(len(p) for p in cfg['tree_paths'])}, {fitted} (`tree_paths` in config.json).", ""]
     lines += [TAU_PLACEHOLDER, "", "## Hyper-parameters", "", "```json", json.dumps(hyper, indent=1), "```", "",
               "Files: `config.json` (hyper-parameters, target fingerprint, the `training` record summarised above), "
-              "`model.safetensors` (bfloat16). The training log and curves stay in the run folder under `runs/` "
+              "the weights (bfloat16: `model.safetensors`, or shards under 10 MB each with "
+              "`model.safetensors.index.json`). The training log and curves stay in the run folder under `runs/` "
               "(`log.jsonl`, `curves.html`).", ""]
     return "\n".join(lines)
 
@@ -112,7 +113,8 @@ def _names_other_recipe(path: str | None) -> bool:
 
 
 def publish(run_folder: str | Path, dest: str | Path, name: str) -> Path:
-    """Copy final/ (config.json, model.safetensors) and a model card into `dest`, replacing what was there.
+    """Copy final/ (config.json and its weight files, single or sharded) and a model card into `dest`, replacing
+    what was there.
 
     The run's log.jsonl and curves.html stay in the run folder; logs or curves an older version of this
     function left in `dest` are removed, so a drafter folder holds the weights, the config and the card only."""
@@ -120,8 +122,13 @@ def publish(run_folder: str | Path, dest: str | Path, name: str) -> Path:
     final = run_folder / "final"
     meta = json.loads((final / "config.json").read_text())
     dest.mkdir(parents=True, exist_ok=True)
-    for f in ("config.json", "model.safetensors"):
-        shutil.copy2(final / f, dest / f)
+    from core.drafters.checkpoint import WEIGHTS_FILE, WEIGHTS_INDEX, weight_files
+
+    for old in [*dest.glob("model-*-of-*.safetensors"), dest / WEIGHTS_INDEX, dest / WEIGHTS_FILE]:
+        old.unlink(missing_ok=True)
+    index = [final / WEIGHTS_INDEX] if (final / WEIGHTS_INDEX).is_file() else []
+    for f in [final / "config.json", *weight_files(final), *index]:
+        shutil.copy2(f, dest / f.name)
     for stale in [*dest.glob("log*.jsonl"), *dest.glob("curves*.html")]:
         stale.unlink()
     (dest / "README.md").write_text(model_card(name, meta))

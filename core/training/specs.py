@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.drafters.base import TargetNeeds
-from core.drafters.checkpoint import TrainedDrafter
+from core.drafters.checkpoint import TrainedDrafter, check_hyper
 
 
 @dataclass
@@ -37,7 +37,10 @@ def resolve_spec(name: str, hyper: dict[str, Any] | None = None) -> DrafterSpec:
     if method not in TRAINED:
         raise ValueError(f"unknown drafter {name!r}; choose from {', '.join(TRAINED)}, moa-tliN or "
                          f"moa[-tliN][-hH][-mlp][-narrow]")
-    return DrafterSpec(name, drafter_class(method), {**extra, **(hyper or {})})
+    cls = drafter_class(method)
+    hyper = {**extra, **(hyper or {})}
+    check_hyper(cls.config_class, name, hyper, cls.random_options)  # before any model loads: one line, no traceback
+    return DrafterSpec(name, cls, hyper)
 
 
 def train_needs(model: TrainedDrafter) -> TargetNeeds:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from typing import Any
 
@@ -38,11 +39,15 @@ def parse_lr(text: str) -> tuple[float, dict[str, float]]:
     base, over = None, {}
     for part in text.split(","):
         part = part.strip()
-        if "=" in part:
-            k, v = part.split("=", 1)
-            over[k.strip()] = float(v)
+        k, sep, v = part.rpartition("=")
+        try:
+            value = float(v)
+        except ValueError:
+            raise ValueError(f"--lr {text!r}: {v!r} is not a number (expected e.g. 3e-4 or 3e-4,medusa=1e-3)") from None
+        if sep:
+            over[k.strip()] = value
         elif part:
-            base = float(part)
+            base = value
     if base is None:
         raise ValueError(f"--lr {text!r} has no base learning rate")
     return base, over
@@ -108,12 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --init-from: parts the continued drafter builds afresh train at lr x this")
     p.add_argument("--param-lr-mult", action="append", default=[], metavar="PREFIX=X",
                    help="parameters whose name starts with PREFIX (e.g. ca.o_proj) train at lr x X; repeatable")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="auto: CUDA when there is one, else the CPU; cpu: a dry run of a GPU recipe")
+    p.add_argument("--curriculum-restart", action="store_true",
+                   help="with --init-from: run curricula (MoA's staircase) over this run's steps, as a fresh run does")
     p.add_argument("--no-progress", action="store_true")
     return p
 
 
 def parse_param_lr_mult(items: list[str]) -> dict[str, float]:
-    """["ca.o_proj=10", ...] -> {"ca.o_proj": 10.0}; a one-line SystemExit naming a bad item."""
+    """["ca.o_proj=10", ...] -> {"ca.o_proj": 10.0}; a one-line ValueError naming a bad item."""
     out = {}
     for item in items:
         prefix, sep, value = item.partition("=")
@@ -122,7 +131,7 @@ def parse_param_lr_mult(items: list[str]) -> dict[str, float]:
         except ValueError:
             mult = float("nan")
         if not sep or not prefix.strip() or not mult > 0:
-            raise SystemExit(f"--param-lr-mult {item!r}: expected PREFIX=X with a parameter-name prefix and X > 0, "
+            raise ValueError(f"--param-lr-mult {item!r}: expected PREFIX=X with a parameter-name prefix and X > 0, "
                              f"e.g. ca.o_proj=10")
         out[prefix.strip()] = mult
     return out
@@ -131,20 +140,41 @@ def parse_param_lr_mult(items: list[str]) -> dict[str, float]:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     names = [args.drafter] if args.drafter else [n.strip() for n in args.drafters.split(",") if n.strip()]
     lr, over = parse_lr(args.lr)
+    unknown = sorted(set(over) - set(names))
+    if unknown:
+        raise ValueError(f"--lr {args.lr!r}: {', '.join(unknown)} is not a drafter being trained "
+                         f"({', '.join(names)})")
+    for label, value in (("--lr", lr), *((f"--lr {k}=", v) for k, v in over.items())):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{label} must be a finite number > 0, got {value}")
+    if args.time_budget_min is not None and not (math.isfinite(args.time_budget_min) and args.time_budget_min > 0):
+        raise ValueError(f"--time-budget-min must be a number of minutes > 0, got {args.time_budget_min}")
+    for flag, value, low in (("--batch-tokens", args.batch_tokens, 1), ("--max-len", args.max_len, 2),
+                             ("--warmup", args.warmup, 0), ("--eval-every", args.eval_every, 1),
+                             ("--eval-tokens", args.eval_tokens, 1), ("--final-eval-tokens", args.final_eval_tokens, 1),
+                             ("--log-every", args.log_every, 1)):
+        if value < low:
+            raise ValueError(f"{flag} must be at least {low}, got {value}")
+    for flag, value in (("--min-lr-ratio", args.min_lr_ratio), ("--weight-decay", args.weight_decay),
+                        ("--clip", args.clip), ("--ckpt-every-min", args.ckpt_every_min)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{flag} must be a finite number >= 0, got {value}")
     out = args.out or ("runs/" + (names[0] if len(names) == 1 else "joint-" + "-".join(names)))
     fit_steps = str(args.steps).strip().lower() == "auto"
     if fit_steps and not args.time_budget_min:
-        raise SystemExit("--steps auto needs --time-budget-min (the time the fitted steps must fit in)")
+        raise ValueError("--steps auto needs --time-budget-min (the time the fitted steps must fit in)")
     try:
         steps = AUTO_PLACEHOLDER_STEPS if fit_steps else int(args.steps)
     except ValueError:
-        raise SystemExit(f"--steps must be a whole number or 'auto', not {args.steps!r}") from None
+        raise ValueError(f"--steps must be a whole number or 'auto', not {args.steps!r}") from None
     if steps < 1:
-        raise SystemExit("--steps must be at least 1")
+        raise ValueError("--steps must be at least 1")
     if not args.new_param_lr_mult > 0:
-        raise SystemExit(f"--new-param-lr-mult must be above 0, not {args.new_param_lr_mult}")
+        raise ValueError(f"--new-param-lr-mult must be above 0, not {args.new_param_lr_mult}")
+    if args.curriculum_restart and not args.init_from:
+        raise ValueError("--curriculum-restart applies only with --init-from (a fresh run's curricula start at step 0)")
     if args.new_param_lr_mult != 1.0 and not args.init_from:
-        raise SystemExit("--new-param-lr-mult applies only with --init-from (the parts a continued drafter builds "
+        raise ValueError("--new-param-lr-mult applies only with --init-from (the parts a continued drafter builds "
                          "afresh); a fresh run trains every part at --lr")
     return TrainConfig(
         drafters=names, out=out, data=args.data, target=args.target, steps=steps, fit_steps=fit_steps,
@@ -155,7 +185,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         final_eval_tokens=args.final_eval_tokens, log_every=args.log_every, ckpt_every_min=args.ckpt_every_min,
         time_budget_min=args.time_budget_min, stop_at_step=args.stop_at_step, publish=args.publish,
         new_param_lr_mult=args.new_param_lr_mult, param_lr_mult=parse_param_lr_mult(args.param_lr_mult),
-        restart=args.restart, progress_bar=not args.no_progress, init_from=args.init_from)
+        restart=args.restart, progress_bar=not args.no_progress, init_from=args.init_from,
+        curriculum_restart=args.curriculum_restart)
 
 
 def load_training_target(name: str, dtype: str, device: torch.device) -> Target:
@@ -170,15 +201,21 @@ def load_training_target(name: str, dtype: str, device: torch.device) -> Target:
 
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
-    cfg = config_from_args(args)
-    specs = [resolve_spec(n, cfg.hyper.get(n)) for n in cfg.drafters]
+    try:  # every option checked before the target loads or a step runs: one line each, no traceback
+        cfg = config_from_args(args)
+        specs = [resolve_spec(n, cfg.hyper.get(n)) for n in cfg.drafters]
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     try:  # before the target loads: a wrong --data fails at once, with a message
         records = load_records(cfg.data)
     except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"train: {e}") from None
+        raise SystemExit(f"error: {e}") from None
     from accelerate import Accelerator, DistributedDataParallelKwargs
 
-    acc = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda: no CUDA device here; use --device auto or cpu")
+    acc = Accelerator(cpu=args.device == "cpu",
+                      kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)])
     target = load_training_target(cfg.target, cfg.dtype, acc.device)
     trainer = Trainer(cfg, target, records, specs, accelerator=acc)
     del records  # the trainer keeps compact token arrays only

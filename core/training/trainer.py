@@ -122,6 +122,9 @@ class TrainConfig:
     # parameters whose name starts with a key train at lr x its value (the longest matching key wins): a part
     # whose output is small next to the stream it joins can move faster without moving the rest
     param_lr_mult: dict[str, float] = field(default_factory=dict)
+    # a continued run (--init-from) runs curricula such as MoA's staircase over its own steps, as a fresh run would,
+    # instead of counting the earlier runs' steps (then a long-trained drafter's curriculum is long over)
+    curriculum_restart: bool = False
     fit_steps: bool = False  # --steps auto: fix `steps` after FIT_AFTER_STEPS timed steps to fill the time budget
 
     # Arguments that change the training result: a resumed run must agree on them.
@@ -132,6 +135,8 @@ class TrainConfig:
     def result_args(self) -> dict:
         d = dataclasses.asdict(self)
         out = {k: d[k] for k in self.RESULT_FIELDS}
+        if self.curriculum_restart:  # recorded only when used, so that earlier runs still resume
+            out["curriculum_restart"] = True
         if self.new_param_lr_mult != 1.0:  # recorded only when used, so that earlier runs still resume
             out["new_param_lr_mult"] = self.new_param_lr_mult
         if self.param_lr_mult:
@@ -430,7 +435,7 @@ class Trainer:
     def _progress(self, member: _Member) -> float:
         """The fraction of the drafter's whole training done: a continued run (--init-from) counts the
         steps of the runs it continues, so curricula such as MoA's staircase mask run once, not per phase."""
-        prior = member.prior_steps
+        prior = 0 if self.cfg.curriculum_restart else member.prior_steps
         steps = self.cfg.steps
         if steps == AUTO_PLACEHOLDER_STEPS and prior:  # --steps auto, not fitted yet: the run's own length is
             steps = max(self.step, FIT_AFTER_STEPS)      # unknown, so only the earlier runs count

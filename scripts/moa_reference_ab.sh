@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# MoA's reference training signal, switch by switch (issue: MoA's cross-attention must carry the target's state).
+# Each arm continues the shipped `moa` for STEPS steps on the same batches (same seed), then `scratch` trains the
+# whole reference recipe from random weights for SCRATCH_MIN minutes. Resumable: rerun the same line.
+#   bash scripts/moa_reference_ab.sh [arm ...]      arms: unchanged own-row mem-norm staircase all scratch
+# Probe each result with: python -m analysis.moa_channels --probe --drafter runs/moa-ab/<arm>/final
+set -euo pipefail
+PY=${PY:-.venv/bin/python}
+STEPS=${STEPS:-300}
+SCRATCH_MIN=${SCRATCH_MIN:-60}
+DTYPE=${DTYPE:-float32}   # bfloat16 on a CPU with fast bfloat16 (AMX, AVX512-BF16)
+AUTOCAST=$([ "$DTYPE" = float32 ] && echo off || echo on)
+COMMON=(--drafter moa --data assets/distill_v5/distill.npz --batch-tokens 1024 --max-len 512 --dtype "$DTYPE"
+        --autocast "$AUTOCAST" --eval-every 100 --eval-tokens 4096 --final-eval-tokens 16384 --no-progress)
+CONTINUE=(--init-from assets/drafters --steps "$STEPS" --lr 1e-4 --warmup 30 --seed 46)
+arm() {
+  local name=$1; shift
+  echo "[ab] $name: $*"
+  "$PY" -m core.training.train "${COMMON[@]}" --out "runs/moa-ab/$name" "$@"
+}
+for a in "${@:-unchanged own-row all scratch}"; do for name in $a; do case $name in
+  unchanged) arm unchanged "${CONTINUE[@]}" ;;
+  own-row)   arm own-row "${CONTINUE[@]}" --hyper own_row_reads=true ;;
+  mem-norm)  arm mem-norm "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_norm=true ;;
+  staircase) arm staircase "${CONTINUE[@]}" --hyper own_row_reads=true --hyper staircase=random \
+               --hyper staircase_until=0.5 --curriculum-restart ;;
+  all)       arm all "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_norm=true --hyper staircase=random \
+               --hyper staircase_until=0.5 --curriculum-restart ;;
+  # the reference recipe from random weights: full-width LSA, MLP after CA, memory norm, own-row reads, N(0, 0.02)
+  # init, per-sequence staircase over the first half; the shipped drafters' vocabulary, feature scale and CE weight
+  # (LSA's MLP at twice its width: the reference's is 1.5x, layer_self_attention_intermediate_size 3072 on 2048)
+  scratch)   arm scratch --steps auto --time-budget-min "$SCRATCH_MIN" --lr 1e-3 --warmup 100 --seed 47 \
+               --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper ce_weight=1.0 --hyper lsa_mlp_ratio=2 ;;
+  *) echo "unknown arm $name (unchanged own-row mem-norm staircase all scratch)" >&2; exit 2 ;;
+esac; done; done
