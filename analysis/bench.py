@@ -366,7 +366,7 @@ def _tree_of(drafter: Drafter) -> dict | None:
         return None
     return {"auto": bool(getattr(inner, "tree_auto", False)), "depth": depth, "total_tokens": size,
             "expected_tau": choice.get("expected_tau"), "acceptance_source": choice.get("acceptance_source"),
-            "calibration": choice.get("calibration")}
+            "calibration": choice.get("calibration"), "trial": choice.get("trial")}
 
 
 # ----- building drafters from the command line ---------------------------------------------------

@@ -608,6 +608,12 @@ def keep_or_move(current: dict, candidate: dict, match_depth: bool = True) -> di
             "expected_tau": row["tau"], "expected_tokens_per_s": row["tokens_per_s"], "cycle_ms": row["ms"]}
 
 
+def trial_enabled() -> bool:
+    """`auto` dynamic trees try their candidate shapes in decoding (core.tree_trial) unless SPECLENS_TREE_TRIAL=0
+    (then the cost model, calibrated from decoded cycles, sizes them); only where calibration_enabled."""
+    return os.environ.get("SPECLENS_TREE_TRIAL", "1") != "0"
+
+
 def calibration_enabled(target: Target) -> bool:
     """Calibrate from timings only where the curve is timed too: never on the tiny test target or with the
     fixed cost model (SPECLENS_COST_MODEL=fixed), nor with SPECLENS_CALIBRATE=0."""
@@ -623,6 +629,16 @@ def calibrate_dynamic_tree(drafter, event) -> None:
     Nothing for a fixed tree or a tiny target. TrainedDrafter.observe calls it."""
     choice, ledger = getattr(drafter, "tree_choice", None), getattr(drafter, "tree_ledger", None)
     if ledger is None or not choice or choice.get("depth") is None or not getattr(drafter, "tree_auto", False):
+        return
+    trial = getattr(drafter, "tree_trial", None)
+    if trial is not None:  # the shape is decided by measured tokens/s (core.tree_trial), not by the model
+        if len(event.tree):
+            trial.book((int(drafter.config.depth), int(drafter.config.total_tokens)), len(event.new_tokens),
+                       event.draft_time + event.verify_time)
+            drafter.config.depth, drafter.config.total_tokens = trial.next_shape()
+            choice["trial"] = trial.record()
+            if trial.done:
+                choice["depth"], choice["total_tokens"] = trial.winner
         return
     ratios = ledger.book(grid_row(choice, drafter.config.depth, drafter.config.total_tokens), event)
     if ratios is None:

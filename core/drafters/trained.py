@@ -203,6 +203,11 @@ def resolve_auto_tree(drafter: TrainedDrafter, target: Target) -> dict | None:
     drafter.tree_choice = choice
     drafter.tree_acceptance_used = acc
     drafter.tree_ledger = cost_curve.CycleLedger() if cost_curve.calibration_enabled(target) else None
+    if drafter.tree_ledger is not None and cost_curve.trial_enabled() and choice["depth"] is not None:
+        from core.tree_trial import ShapeTrial, candidates
+
+        drafter.tree_trial = ShapeTrial(candidates(choice))  # decoding decides between the shapes
+        drafter.config.depth, drafter.config.total_tokens = drafter.tree_trial.next_shape()
     return choice
 
 
