@@ -146,6 +146,10 @@ def check_target(spec: str | None, flag: str = "--target", names: tuple[str, ...
         if drafter is not None:
             raise UsageError(f"{flag} {spec}: this is a drafter checkpoint (method {drafter!r}), not a target; "
                              f"give it to --drafter, and give {flag} {valid}")
+        published = _published_drafter(path)
+        if published is not None:
+            raise UsageError(f"{flag} {spec}: this is an {published} drafter checkpoint, not a target; give it to "
+                             f"--drafter, and give {flag} {valid}")
         return spec
     if path.is_file():
         if not spec.endswith(".gguf"):
@@ -155,6 +159,18 @@ def check_target(spec: str | None, flag: str = "--target", names: tuple[str, ...
     if not hub_id or spec.startswith((".", "/", "~")):
         raise UsageError(f"{flag} {spec}: no such file or folder; give {valid}")
     return spec  # a hub id: loading it needs the network; a failure there is reported in one line
+
+
+def _published_drafter(folder: Path) -> str | None:
+    """'EAGLE' or 'Medusa' when `folder` holds a drafter in a published layout (its config.json looks like a
+    Hugging Face model's), else None. Reads file names and an EAGLE weights file's tensor names only."""
+    from core.drafters.published_formats import FORMAT_NAMES, detect_format
+
+    try:
+        fmt = detect_format(folder)
+    except (ValueError, OSError):
+        return None
+    return FORMAT_NAMES[fmt] if fmt != "speclens" else None
 
 
 def _drafter_method(config: Path) -> str | None:
@@ -219,23 +235,27 @@ def parse_json_object(text: str, flag: str) -> dict:
 
 
 def check_drafter_folder(spec: str | None, flag: str = "--drafter") -> str | None:
-    """None (the shipped drafter), 'random', or a folder holding config.json and the weights (model.safetensors,
-    or shards with model.safetensors.index.json)."""
-    from core.drafters.checkpoint import WEIGHTS_FILE, weight_files
+    """None (the shipped drafter), 'random', or a checkpoint folder: ours (config.json and model.safetensors, or
+    shards with model.safetensors.index.json), or an EAGLE-1/2 or Medusa checkpoint in its published layout
+    (core.drafters.published_formats: detected from the files; an `eagle:` / `medusa:` / `speclens:` prefix
+    forces the format)."""
+    from core.drafters.published_formats import LAYOUTS, NotADrafterError, resolve, split_spec
 
     if spec is None or spec == "random":
         return spec
-    folder = Path(spec).expanduser()
+    forced, path = split_spec(spec)
+    folder = Path(path).expanduser()
     if not folder.is_dir():
         raise UsageError(f"{flag} {spec}: no such folder; give a drafter checkpoint folder or 'random'")
     try:
-        weights = weight_files(folder)
+        resolve(spec)
+    except NotADrafterError as err:
+        if forced is not None:
+            raise UsageError(f"{flag} {spec}: {one_line(err)}") from None
+        raise UsageError(f"{flag} {spec}: not a drafter checkpoint (missing {', '.join(err.missing)}); give a "
+                         f"checkpoint folder ({LAYOUTS}) or 'random'") from None
     except ValueError as err:
-        raise UsageError(f"{flag} {spec}: {err}") from None
-    missing = ([] if (folder / "config.json").is_file() else ["config.json"]) + ([] if weights else [WEIGHTS_FILE])
-    if missing:
-        raise UsageError(f"{flag} {spec}: not a drafter checkpoint (missing {', '.join(missing)}); give a "
-                         f"checkpoint folder or 'random'")
+        raise UsageError(f"{flag} {spec}: {one_line(err)}") from None
     return spec
 
 

@@ -267,7 +267,7 @@ class FusedLayer:
     numbers (an in-place edit of either shows in the other) and nothing is stored twice.
     """
 
-    in_norm: torch.Tensor
+    in_norm: torch.Tensor | None  # None: the layer has no input norm (an EAGLE-1/2 drafter's layer 0)
     in_eps: float
     qkv: torch.Tensor
     qkv_bias: torch.Tensor | None
@@ -365,9 +365,10 @@ def _fused_copy(layer: torch.nn.Module) -> FusedLayer:
 
         qkv, qkv_bias = stack([attn.q_proj, attn.k_proj, attn.v_proj])
         gate_up, gate_up_bias = stack([mlp.gate_proj, mlp.up_proj])
+        norm = layer.input_layernorm  # an nn.Identity where the layer has no input norm (EAGLE's layer 0)
         return FusedLayer(  # packed too where that wins: it serves inference only
-            in_norm=layer.input_layernorm.weight.detach().clone(),
-            in_eps=float(layer.input_layernorm.variance_epsilon), qkv=qkv, qkv_bias=qkv_bias,
+            in_norm=norm.weight.detach().clone() if hasattr(norm, "weight") else None,
+            in_eps=float(getattr(norm, "variance_epsilon", 0.0)), qkv=qkv, qkv_bias=qkv_bias,
             o=attn.o_proj.weight.detach().clone(),
             o_bias=attn.o_proj.bias.detach().clone() if attn.o_proj.bias is not None else None,
             post_norm=layer.post_attention_layernorm.weight.detach().clone(),
@@ -407,7 +408,7 @@ def run_layer(
         sin = _signed_sin(sin)
     qw, kw = n_heads * head_dim, kv_heads * head_dim
     p_qkv, p_o, p_gate_up, p_down = f.packed or (None,) * 4
-    h = _rms(x, f.in_norm, f.in_eps)
+    h = x if f.in_norm is None else _rms(x, f.in_norm, f.in_eps)
     qkv = linear(h, f.qkv, f.qkv_bias, p_qkv)  # [B, T, q + k + v]
     kv = qkv[..., qw:] if return_kv else None
     qk = _rotate_signed(qkv[..., :qw + kw].view(b, t, n_heads + kv_heads, head_dim), cos, sin).transpose(1, 2)
@@ -433,7 +434,7 @@ def append_layer_kv(f: FusedLayer, x: torch.Tensor, cos: torch.Tensor, sin: torc
     For tokens whose layer output nobody reads (a drafter's verified context); the caller commits."""
     b, t, _ = x.shape
     qw, kw = n_heads * head_dim, kv_heads * head_dim
-    h = _rms(x, f.in_norm, f.in_eps)
+    h = x if f.in_norm is None else _rms(x, f.in_norm, f.in_eps)
     qkv = linear(h, f.qkv, f.qkv_bias, f.packed[0] if f.packed else None)
     k = _rotate_signed(qkv[..., qw:qw + kw].view(b, t, kv_heads, head_dim), cos[:, :, None],
                        _signed_sin(sin[:, :, None])).transpose(1, 2)

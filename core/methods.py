@@ -178,7 +178,11 @@ def check_method(method: str, drafter: str | None = None, **options: Any) -> Non
             raise ValueError(f"tli {tli} is not available: the shipped MoA drafters have tli "
                              f"{', '.join(map(str, shipped))} (or pass --drafter random for an untrained one)")
     if drafter not in (None, "random") and parsed.method.trained:
-        _, cfg = drafter_class(base).read_config(drafter)  # checked before any model loads
+        from core.drafters.published_formats import check_published
+
+        # checked before any model loads; EAGLE / Medusa checkpoints in their published layouts convert on load
+        fmt = check_published(drafter, base)
+        cfg = drafter_class(base).read_config(resolve_folder(drafter))[1] if fmt == "speclens" else None
         if "tli" in options and options["tli"] != getattr(cfg, "tli", None):
             raise ValueError(f"the moa drafter in {drafter} was trained with tli {getattr(cfg, 'tli', None)}; "
                              f"it cannot run with tli {options['tli']}")
@@ -191,8 +195,17 @@ def check_method(method: str, drafter: str | None = None, **options: Any) -> Non
             raise ValueError(f"method pld has no option {', '.join(unknown)}; its options are {', '.join(valid)}")
 
 
+def resolve_folder(drafter: str) -> Path:
+    """The folder of a --drafter spec (a `FORMAT:` prefix such as `eagle:DIR` removed)."""
+    from core.drafters.published_formats import split_spec
+
+    return Path(split_spec(drafter)[1]).expanduser()
+
+
 def build_drafter(method: str, target: Target, drafter: str | None = None, **options) -> Drafter:
     """Build the drafter for `method`. `drafter` is a checkpoint folder, "random", or None (the shipped one).
+    A folder may hold our checkpoint or an EAGLE-1/2 / Medusa one in its published layout, converted on load
+    (core.drafters.published_formats; `eagle:DIR` / `medusa:DIR` / `speclens:DIR` force the format).
 
     `<method>+lookup` wraps that method's drafter in core.drafters.lookup_branch (a context-lookup branch).
     """
@@ -210,12 +223,16 @@ def build_drafter(method: str, target: Target, drafter: str | None = None, **opt
     cls = drafter_class(parsed.base)
     if drafter == "random":
         return cls.random(target, **options)
-    folder = Path(drafter) if drafter is not None else \
-        default_drafter_folder(MethodName(parsed.base, options.get("tli"), variant=parsed.variant).checkpoint)
-    if drafter is None and not folder.exists():
-        raise FileNotFoundError(f"no trained {parsed.base} drafter is shipped at {folder}; pass --drafter random "
-                                f"for an untrained one, or train it (docs/TRAINING.md)")
-    model = cls.from_pretrained(folder, target)
+    if drafter is not None:
+        from core.drafters.published_formats import load_drafter
+
+        model = load_drafter(drafter, target, cls)
+    else:
+        folder = default_drafter_folder(MethodName(parsed.base, options.get("tli"), variant=parsed.variant).checkpoint)
+        if not folder.exists():
+            raise FileNotFoundError(f"no trained {parsed.base} drafter is shipped at {folder}; pass --drafter "
+                                    f"random for an untrained one, or train it (docs/TRAINING.md)")
+        model = cls.from_pretrained(folder, target)
     if options:
         model.set_options(**options)
     return model

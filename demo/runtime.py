@@ -11,6 +11,9 @@ Configuration (environment variables, read when a `Runtime` is built):
   SPECLENS_REFERENCE_TOKENS tokens of the plain-decoding reference run made after loading (default 16, 0 = none)
   SPECLENS_COST_CURVE       where this machine's cost curve is cached (default runs/cost_curve.json; "none":
                              measure without caching)
+  SPECLENS_DRAFTER_<METHOD> a drafter folder for that method (EAGLE2, MEDUSA, MOA, AMPHISTA; tiny mode too):
+                             ours, or an EAGLE-1/2 or Medusa checkpoint in its published layout
+                             (core.drafters.published_formats; `eagle:DIR` / `medusa:DIR` force the format)
 
 `Runtime.start_background_load()` (app.py calls it at server start) loads the target in a thread, runs the
 plain-decoding reference and measures the cost curve (core.cost_curve), with `status()` telling the page
@@ -27,9 +30,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from core import cost_curve
+from core.cli_checks import one_line as cli_one_line
 from core.decoding import generate_stream
 from core.drafters.base import Drafter
 from core.drafters.lookup_branch import LookupBranch
+from core.drafters.published_formats import FORMAT_NAMES
 from core.methods import MethodName, build_drafter, default_drafter_folder, method_labels, parse_method
 from core.target import Target, load_target, resolve_device, resolve_dtype, tiny_target
 from core.verify import SamplingConfig
@@ -59,6 +64,16 @@ def checkpoint_folder(method: str, tli: int | None = None):
 
 def has_checkpoint(method: str, tli: int | None = None) -> bool:
     return (checkpoint_folder(method, tli) / "config.json").is_file()
+
+
+def drafter_env(method: str) -> tuple[str, str] | None:
+    """(variable, spec) when SPECLENS_DRAFTER_<METHOD> names a drafter folder for this method's drafter."""
+    parsed = parse_method(method)
+    if not parsed.method.trained:
+        return None
+    name = "SPECLENS_DRAFTER_" + parsed.base.upper().replace("-", "_")
+    spec = os.environ.get(name, "").strip()
+    return (name, spec) if spec else None
 
 
 class _TinyText:
@@ -253,7 +268,7 @@ class Runtime:
         """(label, method) for every method this build can run; untrained ones say so."""
         out = []
         for m, label in METHOD_LABELS.items():
-            if m not in ("ar", "pld") and (self.tiny or not has_checkpoint(m)):
+            if m not in ("ar", "pld") and drafter_env(m) is None and (self.tiny or not has_checkpoint(m)):
                 label += " · untrained"
             out.append((label, m))
         return out
@@ -271,6 +286,16 @@ class Runtime:
         if method in ("ar", "pld"):
             return build_drafter(method, target), ""
         opts = {"tli": int(tli)} if method == "moa" and tli is not None else {}
+        env = drafter_env(method)
+        if env is not None:  # the user's folder: a failure is theirs to fix, never a silent random stand-in
+            name, spec = env
+            try:
+                drafter = build_drafter(method, target, spec, **{k: v for k, v in opts.items() if v})
+            except (ValueError, OSError) as err:
+                raise UserError(f"{name}={spec}: {cli_one_line(err)}") from err
+            published = getattr(getattr(drafter, "inner", drafter), "published", None)
+            kind = f"{FORMAT_NAMES[published['format']]} checkpoint, converted" if published else "trained"
+            return drafter, f"{method} drafter from {spec} ({kind}; {name})"
         if not self.tiny and has_checkpoint(method, tli):
             try:
                 trained_opts = {k: v for k, v in opts.items() if v}  # the N=0 checkpoint takes no option
@@ -325,6 +350,9 @@ class Runtime:
         """The drafter note without building anything (for labels before a run)."""
         if method in ("ar", "pld"):
             return ""
+        env = drafter_env(method)
+        if env is not None:
+            return f"from {env[1]} ({env[0]})"
         if self.tiny or not has_checkpoint(method, tli):
             return UNTRAINED_NOTE
         return "trained"

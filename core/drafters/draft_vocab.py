@@ -106,11 +106,16 @@ class DraftVocab(torch.nn.Module):
     With no subset (`ids` empty) it is exactly `target.logits`. Indices 0..len(ids)-1 are the frequent
     tokens `ids`; the indices after them are the context tokens seen so far (`observe`), in order of
     first sight, when `context` is on.
+
+    `normed=True`: the features it is given are already final-normed (the published EAGLE-1/2 and Medusa
+    layouts regress / transform the target's *post-norm* state, core.drafters.published_formats), so the
+    LM head is applied without the final norm.
     """
 
-    def __init__(self, target: Target, size: int, context: bool = True) -> None:
+    def __init__(self, target: Target, size: int, context: bool = True, normed: bool = False) -> None:
         super().__init__()
         self.target_ref = [target]  # a list, so the target is not registered as a submodule
+        self.normed = normed
         self.register_buffer("ids", torch.arange(size, dtype=torch.long) if size else torch.zeros(0, dtype=torch.long))
         self.context = context
         self.drafting_size = DRAFTING_SIZE  # 0: draft over every trained token
@@ -208,11 +213,14 @@ class DraftVocab(torch.nn.Module):
         return self._weight
 
     def logits(self, feature: torch.Tensor) -> torch.Tensor:
-        """[..., H] pre-norm feature -> float32 logits over the drafting vocabulary [..., size]."""
+        """[..., H] pre-norm feature (post-norm when `normed`) -> float32 logits over the drafting vocabulary
+        [..., size]."""
         target = self.target_ref[0]
         if self.full:
+            if self.normed:
+                return torch.nn.functional.linear(feature, target.lm_head.weight.to(feature.dtype)).float()
             return target.logits(feature)
-        h = target.final_norm(feature)
+        h = feature if self.normed else target.final_norm(feature)
         w = self.weight()
         packed = self._packed if h.dtype == w.dtype else None
         logits = linear(h, w.to(h.dtype), None, packed)

@@ -21,6 +21,18 @@ them): the final norm + LM head rows of those tokens. Training's soft target is 
 the target's distribution renormalised over the same tokens.
 
 The distillation loss helpers it shares with MoA live in core.drafters.trained.
+
+The published EAGLE-1/EAGLE-2 layout (SafeAILab/EAGLE, converted by core.drafters.published_formats)
+differs from ours in three places, each a config flag, all off for our own drafters so that shipped
+checkpoints load and compute as before:
+
+    normed_features = True    features are the target's *post-norm* states and the predicted feature goes
+                              to the LM head without the final norm (EAGLE feeds `outputs[0]` of the base
+                              model, i.e. after its final norm, and drafts with `head(last_hidden)`)
+    input_layernorm = False   the decoder layer has no input RMSNorm (EAGLE's layer 0 skips it)
+    fc_bias = False           `fc` without a bias (EAGLE's config.json `"bias": false`)
+
+With `normed_features` the feature scale must stay 1.0 (EAGLE's features are not scaled).
 """
 
 from __future__ import annotations
@@ -75,6 +87,10 @@ class Eagle2Config(DrafterConfig):
     eval_depth: int = 3  # training metrics acc@1..eval_depth (deeper ones feed back own features)
     draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
     context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
+    # The published EAGLE-1/2 layout (module docstring; set by core.drafters.published_formats):
+    normed_features: bool = False  # features are the target's post-norm states; no final norm before the LM head
+    input_layernorm: bool = True  # False: the layer has no input RMSNorm (EAGLE's layer 0)
+    fc_bias: bool = True  # False: fc has no bias (EAGLE's `"bias": false`)
 
     RANGES: ClassVar[dict] = {
         **{k: ("an integer >= 1", lambda v: v >= 1) for k in ("depth", "top_k", "total_tokens", "eval_depth")},
@@ -89,13 +105,18 @@ class Eagle2Drafter(TrainedDrafter):
     def __init__(self, config: Eagle2Config, target: Target) -> None:
         super().__init__(config, target)
         check_draft_vocab_size(config.draft_vocab_size, target)
+        if config.normed_features and config.feature_scale != 1.0:
+            raise ValueError(f"normed_features (the published EAGLE layout) needs feature_scale 1.0, "
+                             f"got {config.feature_scale}")
         h = config.hidden_size
-        self.vocab = DraftVocab(target, config.draft_vocab_size, config.context_vocab)
+        self.vocab = DraftVocab(target, config.draft_vocab_size, config.context_vocab, normed=config.normed_features)
         self.record_draft_top = True  # extras["draft_top"] for the app (costs well under 1 ms a cycle)
-        self.fc = nn.Linear(2 * h, h, bias=True)
+        self.fc = nn.Linear(2 * h, h, bias=config.fc_bias)
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
         self.layer = LlamaDecoderLayer(layer_config(target), layer_idx=0)
+        if not config.input_layernorm:
+            self.layer.input_layernorm = nn.Identity()  # core.layers runs the layer without it
         self.needs = TargetNeeds(hidden_layers=(config.n_target_layers,))
         self.train_needs = self.needs
         self.cache: KVCache | None = None
@@ -116,6 +137,12 @@ class Eagle2Drafter(TrainedDrafter):
     @property
     def _dtype(self) -> torch.dtype:
         return self.fc.weight.dtype
+
+    def input_features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's features hidden[L] (pre-norm) as this drafter reads them: final-normed under
+        `normed_features` (the published EAGLE layout), else unchanged. Predicted features fed back while
+        drafting are already in this space and never pass through here."""
+        return self.target.final_norm(hidden) if self.config.normed_features else hidden
 
     def _fuse(self, feats: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         emb = self.target.embed_tokens(tokens).to(self._dtype)
@@ -160,7 +187,7 @@ class Eagle2Drafter(TrainedDrafter):
         """Run the verified pairs (true feature of each verified token, the token after it)."""
         self.cache.crop(step.start_position)
         dev = self.target.device
-        feats = step.hidden[self.config.n_target_layers].to(dev)[None]
+        feats = self.input_features(step.hidden[self.config.n_target_layers].to(dev))[None]
         nxt = torch.tensor(step.tokens[1:] + [step.bonus], dtype=torch.long, device=dev)[None]
         positions = step.start_position + torch.arange(nxt.shape[1], device=dev)[None]
         out = self._run(feats, nxt, positions, None)
@@ -201,7 +228,7 @@ class Eagle2Drafter(TrainedDrafter):
         (the regressed feature belongs to the answer). Sequences are assumed right-padded.
         """
         cfg = self.config
-        feat = batch.hidden[cfg.n_target_layers].detach()
+        feat = self.input_features(batch.hidden[cfg.n_target_layers].detach())
         ids = batch.input_ids
         b, t, _ = feat.shape
         w = (batch.loss_mask[:, 1:] * batch.attention_mask[:, 1:]).float()
