@@ -444,7 +444,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0, help="base seed of the per-question sampling seeds")
+    p.add_argument("--seed", default="0", help="base seed of the per-question sampling seeds (a whole number)")
     add_dtype_argument(p)
     p.add_argument("--device", default="auto")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2-135M-Instruct GGUF)")
@@ -590,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         given = [m.strip() for m in args.methods.split(",") if m.strip()]
         labels = [BASELINE] + [m for m in dict.fromkeys(given) if m != BASELINE]
+        args.seed = checks.check_seed(args.seed)
         sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
         specs = parse_drafter_specs(args.drafter)
         check_args(args, labels, specs)

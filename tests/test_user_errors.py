@@ -486,6 +486,7 @@ def test_shipped_drafters_still_load(real_target):
     (["--lr", "fast"], ["--lr", "'fast'", "not a number"]),
     (["--time-budget-min", "-1"], ["--time-budget-min", "> 0", "-1"]),
     (["--batch-tokens", "0"], ["--batch-tokens", "at least 1"]),
+    (["--seed", "1e23"], ["--seed", "1e23", "whole number"]),
     (["--drafter", "unknown"], ["unknown drafter 'unknown'", "eagle2"]),
 ])
 def test_trainer_checks_every_option_before_loading(extra, needles, monkeypatch, capsys, tmp_path):
@@ -746,3 +747,11 @@ def test_api_takes_none_as_the_documented_defaults():
     assert out["method"] == "ar" and 1 <= out["new_tokens"] <= 4
     out = generate("hello there", "pld", None)
     assert out["method"] == "pld" and 1 <= out["new_tokens"] <= DEFAULT_MAX_NEW_TOKENS
+
+
+def test_bench_refuses_a_bad_seed_before_loading(no_model, capsys, tmp_path):
+    from analysis.bench import main
+
+    rc, err = run_main(main, ["--questions", str(ROOT / "assets/prompts/speclens_eval.jsonl"), "--out",
+                              str(tmp_path / "b"), "--seed", "1e23"], capsys)
+    assert_one_line_error(rc, err, "--seed", "1e23")

@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-lr-ratio", type=float, default=0.1)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--clip", type=float, default=1.0, help="gradient norm clipping")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", default="0", help="a whole number: batch order, initialisation, the curricula's draws")
     p.add_argument("--hyper", action="append", default=[], help="key=value or drafter.key=value (repeatable)")
     p.add_argument("--dtype", default="bfloat16", help="target dtype (bfloat16, float32)")
     p.add_argument("--autocast", choices=["auto", "on", "off"], default="auto",
@@ -139,6 +139,9 @@ def parse_param_lr_mult(items: list[str]) -> dict[str, float]:
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     names = [args.drafter] if args.drafter else [n.strip() for n in args.drafters.split(",") if n.strip()]
+    from core.cli_checks import check_seed
+
+    args.seed = check_seed(args.seed, high=2**63 - 1)  # torch.manual_seed takes a signed 64-bit seed
     lr, over = parse_lr(args.lr)
     unknown = sorted(set(over) - set(names))
     if unknown:
