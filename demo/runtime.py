@@ -125,12 +125,17 @@ class Runtime:
         return self._target is not None
 
     def describe(self) -> str:
+        """The header's line: which target, in which dtype on which device, and where the drafters come from."""
+        own = [f"{var.removeprefix('SPECLENS_DRAFTER_').lower()} from {spec} ({var})"
+               for var, spec in sorted(os.environ.items()) if var.startswith("SPECLENS_DRAFTER_") and spec.strip()]
+        drafters = "; drafters: " + ("; ".join(own) + ", the others " if own else "") + (
+            "random (tiny mode)" if self.tiny else "shipped (assets/drafters)")
         if self.tiny:
-            return "tiny random test target (no real text)"
+            return "tiny random test target (no real text)" + drafters
         name = self.target_name or "SmolLM2-135M-Instruct"
         device = resolve_device(self.device)
         dtype = str(resolve_dtype(self.dtype, device)).replace("torch.", "")
-        return f"{name}, {dtype}{' (auto)' if self.dtype == 'auto' else ''}, {self.device}"
+        return f"{name}, {dtype}{' (auto)' if self.dtype == 'auto' else ''}, {self.device}{drafters}"
 
     @property
     def background_started(self) -> bool:

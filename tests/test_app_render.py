@@ -727,3 +727,12 @@ def test_client_server_and_failures_tabs_open_on_recorded_examples(tiny_runtime)
     for key in ("fail-kind", "fail-depth", "fail-calibration", "fail-ranks", "fail-topk"):
         assert plots[key].value, key
     assert not tiny_runtime.loaded or tiny_runtime.tiny  # nothing above needed the target
+
+
+def test_the_header_says_where_the_drafters_come_from(monkeypatch):
+    from demo.runtime import Runtime
+
+    rt = Runtime(tiny=True)
+    assert "drafters: random (tiny mode)" in rt.describe()
+    monkeypatch.setenv("SPECLENS_DRAFTER_EAGLE2", "/my/eagle")
+    assert "eagle2 from /my/eagle (SPECLENS_DRAFTER_EAGLE2)" in rt.describe()
