@@ -131,6 +131,9 @@ def check_device(spec: str, flag: str = "--device") -> str:
     raise UsageError(f"{flag} {spec!r} is not a device; choose one of {valid}")
 
 
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")  # what core.target's forward pass runs (load_target checks too)
+
+
 def check_target(spec: str | None, flag: str = "--target", names: tuple[str, ...] = TARGET_NAMES) -> str | None:
     """A target the loader can open: a name, a checkpoint folder, a .gguf file or a hub id (org/name)."""
     if spec is None or spec in names:
@@ -150,6 +153,10 @@ def check_target(spec: str | None, flag: str = "--target", names: tuple[str, ...
         if published is not None:
             raise UsageError(f"{flag} {spec}: this is an {published} drafter checkpoint, not a target; give it to "
                              f"--drafter, and give {flag} {valid}")
+        kind = _model_type(path / "config.json")
+        if kind is not None and kind not in SUPPORTED_MODEL_TYPES:
+            raise UsageError(f"{flag} {spec}: a {kind!r} model; SpecLens runs the Llama and Qwen2 families "
+                             f"(model_type {', '.join(SUPPORTED_MODEL_TYPES)})")
         return spec
     if path.is_file():
         if not spec.endswith(".gguf"):
@@ -159,6 +166,16 @@ def check_target(spec: str | None, flag: str = "--target", names: tuple[str, ...
     if not hub_id or spec.startswith((".", "/", "~")):
         raise UsageError(f"{flag} {spec}: no such file or folder; give {valid}")
     return spec  # a hub id: loading it needs the network; a failure there is reported in one line
+
+
+def _model_type(config: Path) -> str | None:
+    """A Hugging Face config.json's model_type (None when it cannot be read: the loader then says why)."""
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    kind = data.get("model_type") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def _published_drafter(folder: Path) -> str | None:

@@ -506,8 +506,9 @@ def load_target(
     tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
     with _quiet_gguf_conversion():
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dt, **kwargs)
-    if model.config.model_type not in ("llama", "mistral", "qwen2"):
-        raise ValueError(f"{source} is a {model.config.model_type!r} model; SpecLens runs Llama-family targets")
+    if model.config.model_type not in ("llama", "mistral", "qwen2"):  # core.cli_checks refuses it before loading
+        raise ValueError(f"{source} is a {model.config.model_type!r} model; SpecLens runs the Llama and Qwen2 "
+                         f"families (model_type llama, mistral, qwen2)")
     if getattr(model.config, "tie_word_embeddings", False):
         model.lm_head.weight = model.model.embed_tokens.weight
     return Target(model.to(dev), tokenizer, source)

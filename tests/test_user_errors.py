@@ -755,3 +755,11 @@ def test_bench_refuses_a_bad_seed_before_loading(no_model, capsys, tmp_path):
     rc, err = run_main(main, ["--questions", str(ROOT / "assets/prompts/speclens_eval.jsonl"), "--out",
                               str(tmp_path / "b"), "--seed", "1e23"], capsys)
     assert_one_line_error(rc, err, "--seed", "1e23")
+
+
+def test_an_unsupported_architecture_is_refused_before_its_weights_load(no_model, capsys, tmp_path):
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
+    rc, err = gen_main(["--target", str(folder), "--prompt", "hi", "--method", "ar"], capsys)
+    assert_one_line_error(rc, err, "'gpt2'", "Llama and Qwen2", "qwen2")
