@@ -98,6 +98,14 @@ client-server-example: setup
 comma := ,
 DRAFTER ?=
 DRAFTERS ?=
+# Your own target: `make train TARGET=<folder> DRAFTER=eagle2 TIME=30` first has that target answer the training
+# prompts (its own distillation data in data/distill-<folder name>, resumable), then trains the drafter for it.
+TARGET ?=
+TARGET_PROMPTS ?= 1500
+TARGET_DATA = data/distill-$(notdir $(abspath $(TARGET)))
+ifneq ($(TARGET),)
+DATA ?= $(TARGET_DATA)/dataset
+endif
 DATA ?= data/distill/dataset
 STEPS ?= 2000
 TIME ?=
@@ -109,8 +117,10 @@ PUBLISH ?=
 TRAIN_ARGS ?=
 TRAIN_NAME = $(if $(DRAFTERS),joint-$(subst $(comma),-,$(DRAFTERS)),$(DRAFTER))
 RUN ?= runs/$(TRAIN_NAME)
-TRAIN_CMD = $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS),--drafter $(DRAFTER)) \
-	--data '$(DATA)' --out $(RUN) --steps $(STEPS) --batch-tokens $(BATCH_TOKENS) --max-len $(MAX_LEN) \
+TARGET_DATAGEN = $(if $(TARGET),$(PY) -m core.training.datagen --target $(TARGET) --out $(TARGET_DATA) \
+	--limit $(TARGET_PROMPTS) --max-new-tokens 128 --dtype auto --no-progress &&)
+TRAIN_CMD = $(TARGET_DATAGEN) $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS),--drafter $(DRAFTER)) \
+	$(if $(TARGET),--target $(TARGET)) --data '$(DATA)' --out $(RUN) --steps $(STEPS) --batch-tokens $(BATCH_TOKENS) --max-len $(MAX_LEN) \
 	--lr $(LR) --seed $(SEED) $(if $(TIME),--time-budget-min $(TIME)) $(if $(PUBLISH),--publish $(PUBLISH)) \
 	$(TRAIN_ARGS)
 

@@ -493,3 +493,20 @@ def test_a_continued_drafter_names_its_commit_only_when_the_folder_is_committed(
     (folder / "config.json").write_text('{"changed": true}')
     for given in (folder, Path("assets/drafters/moa")):
         assert P._last_commit(given) is None
+
+
+def test_make_train_for_your_own_target_makes_its_data_first():
+    """`make train TARGET=<folder>`: the target answers the training prompts, then the drafter trains for it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(["make", "-n", "train", "TARGET=/models/my-llama", "DRAFTER=eagle2", "TIME=30"], cwd=root,
+                         capture_output=True, text=True, check=True).stdout
+    line = next(ln for ln in out.splitlines() if "core.training.train" in ln)
+    gen, train = line.split("&&")
+    assert "core.training.datagen --target /models/my-llama --out data/distill-my-llama" in gen
+    assert "--target /models/my-llama" in train and "--data 'data/distill-my-llama/dataset'" in train
+    assert "--time-budget-min 30" in train
+    plain = subprocess.run(["make", "-n", "train", "DRAFTER=eagle2"], cwd=root, capture_output=True, text=True,
+                           check=True).stdout
+    assert "datagen" not in plain and "--data 'data/distill/dataset'" in plain
