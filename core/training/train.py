@@ -153,7 +153,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.time_budget_min is not None and not (math.isfinite(args.time_budget_min) and args.time_budget_min > 0):
         raise ValueError(f"--time-budget-min must be a number of minutes > 0, got {args.time_budget_min}")
     for flag, value, low in (("--batch-tokens", args.batch_tokens, 1), ("--max-len", args.max_len, 2),
-                             ("--warmup", args.warmup, 0), ("--eval-every", args.eval_every, 1),
+                             ("--warmup", args.warmup, 0), ("--eval-every", args.eval_every, 0),
                              ("--eval-tokens", args.eval_tokens, 1), ("--final-eval-tokens", args.final_eval_tokens, 1),
                              ("--log-every", args.log_every, 1)):
         if value < low:
