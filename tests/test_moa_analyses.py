@@ -95,3 +95,45 @@ def test_stream_spread_measures_what_each_part_writes():
     where = moa_channels.ca_attention(d, tiny, seqs)  # the same forward pieces, read by CA's statistics
     assert 0 <= where["normalised_entropy"] <= 1 and 0 < where["weight_on_last_verified"] <= 1
     assert where["uniform_weight"] == pytest.approx(1 / 4, rel=0.05)  # ca_window 4: four verified positions
+
+
+def test_the_memory_probe_reads_what_a_source_holds():
+    """ridge_read: a source that holds the feature linearly reads it back (R^2 near 1 on unseen rows); noise does not."""
+    g = torch.Generator().manual_seed(0)
+    n, width, hidden = 300, 12, 6
+    x = torch.randn(n, width, generator=g)
+    y = x[:, :hidden] @ torch.randn(hidden, hidden, generator=g) + 0.01 * torch.randn(n, hidden, generator=g)
+    idx = torch.arange(n)
+    parts = (idx < 150, (idx >= 150) & (idx < 225), idx >= 225)
+    pred, lam = moa_channels.ridge_read(x, y, parts)
+    r2 = 1 - ((pred - y[parts[2]]) ** 2).sum() / ((y[parts[2]] - y[parts[2]].mean(0)) ** 2).sum()
+    assert r2 > 0.99 and lam in moa_channels.RIDGE
+    noise, _ = moa_channels.ridge_read(torch.randn(n, width, generator=g), y, parts)
+    r2_noise = 1 - ((noise - y[parts[2]]) ** 2).sum() / ((y[parts[2]] - y[parts[2]].mean(0)) ** 2).sum()
+    assert r2_noise < 0.2
+
+
+def test_memory_reads_on_a_tiny_drafter():
+    from core.drafters.moa import MoADrafter
+    from core.target import tiny_target
+    from core.training.data import make_sequences
+
+    tiny = tiny_target(vocab_size=64, n_layers=3)
+    g = torch.Generator().manual_seed(5)
+    records = [{"prompt_ids": torch.randint(1, 64, (6,), generator=g).tolist(),
+                "answer_ids": torch.randint(1, 64, (24,), generator=g).tolist()} for _ in range(8)]
+    d = MoADrafter.random(tiny, seed=1, lsa_dim=16, lsa_heads=2).eval()
+    out = moa_channels.memory_reads(d, tiny, make_sequences(records, 64))
+    assert set(out) == {"positions", "raw_kv", "lsa_memory", "ca_values"}
+    kv_width = 2 * tiny.kv_heads * tiny.head_dim
+    assert out["raw_kv"]["width"] == 3 * kv_width and out["lsa_memory"]["width"] == tiny.hidden_size
+    assert all(out[k]["r2"] <= 1 and 0 <= out[k]["top1"] <= 1 for k in ("raw_kv", "lsa_memory", "ca_values"))
+    assert sum(out["positions"].values()) == 8 * 24
+    with pytest.raises(ValueError, match="at least 3"):
+        moa_channels.memory_reads(d, tiny, make_sequences(records[:2], 64))
+
+
+def test_probe_cli_needs_three_sequences(capsys):
+    with pytest.raises(SystemExit):
+        moa_channels.main(["--probe", "--sequences", "2"])
+    assert "--sequences must be at least 3" in capsys.readouterr().err
