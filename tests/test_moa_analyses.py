@@ -98,7 +98,7 @@ def test_stream_spread_measures_what_each_part_writes():
 
 
 def test_the_memory_probe_reads_what_a_source_holds():
-    """ridge_read: a source that holds the feature linearly reads it back (R^2 near 1 on unseen rows); noise does not."""
+    """ridge_read: a source that holds the feature linearly reads it back (R^2 near 1 on unseen rows), noise not."""
     g = torch.Generator().manual_seed(0)
     n, width, hidden = 300, 12, 6
     x = torch.randn(n, width, generator=g)
