@@ -22,6 +22,9 @@ args=(--drafter moa --data assets/distill_v5/distill.npz --out "$RUN" --steps au
       --no-progress
       --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper ce_weight=1.0 --hyper lsa_mlp_ratio=2)
 [ -n "$INIT" ] && args+=(--init-from "$INIT")
+# more trainer options, e.g. GPU_TRAIN_ARGS="--param-lr-mult ca.q_proj=10 --param-lr-mult ca.k_proj=10"
+read -r -a extra <<< "${GPU_TRAIN_ARGS:-}"
+args+=("${extra[@]}")
 "$PY" -m core.training.train "${args[@]}"
 # what comes back: the final checkpoint (sharded under 10 MB a file by save_pretrained), its log and the state of
 # the run's last evaluation; the optimiser state (train_state.pt) is too large to bring back and stays there
