@@ -14,7 +14,7 @@ target's new answers copy from text the drafters have never seen verbatim.
 reads the passages out of a compact distillation file (`distill.npz`, core.training.distill_data).
 
 `perturb_passages(passages, rate, seed)` makes the passages *novel* (the second copy-task
-set, `assets/distill_v5`): phase 7's passages were answers the drafters had already been
+set, `assets/distill_v5`): the first copy-task set's passages were answers the drafters had already been
 trained on, so they could continue a passage's words from memory and never needed to look
 back at the prompt. Swapping a share of each passage's words for other words of the pool
 (and every number for a new one) keeps the text readable, but where the target copies a
