@@ -317,11 +317,11 @@ def resummarize(folder: str | Path) -> dict:
         base = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
         planned, turns_of = None, None
     else:
-        raise FileNotFoundError(f"{folder}: neither summary.json nor {RUN_FILE} (not a benchmark run folder)")
+        raise FileNotFoundError(f"neither summary.json nor {RUN_FILE} there (not a benchmark run folder)")
     cfg = base.get("config", {})
     labels = list(cfg.get("methods") or base.get("methods", {}))
     if cfg.get("record") is False or not (folder / "traces").is_dir():
-        raise FileNotFoundError(f"{folder}/traces: no traces (the run was made with --no-record)")
+        raise FileNotFoundError("no traces/ there (the run was made with --no-record)")
     records = records_from_traces(folder, labels, turns_of)
     answers = None if planned is None or len(records) >= planned else {"found": len(records), "planned": planned}
     return write_summary(folder, cfg, base.get("categories", []), records, answers=answers)

@@ -63,12 +63,13 @@ def heldout_sequences(data: str, sequences: int) -> list:
 
 def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0, dtype: str = "float32",
           memory: bool = False) -> dict:
-    import torch
+    import dataclasses
 
-    from core.training.data import collate, target_batch
+    import torch
 
     target, d, note = load_moa(drafter_path, dtype)
     seqs = heldout_sequences(data, sequences)
+    batches = target_batches(d, target, seqs)  # one target pass per batch, read by every variant
     out = {}
     variants = ["normal", "no_ca"]
     if not memory:  # the memory probe keeps to what it reports; the full channel analysis shuffles inputs too
@@ -80,15 +81,14 @@ def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0, dt
         counts = torch.zeros(DISTANCES + 1)
         for i in range(0, len(seqs), 4):
             idx = list(range(i, min(i + 4, len(seqs))))
-            ids, loss, attn = collate(seqs, idx, target.device)
+            ids, loss, attn, batch = batches[i // 4]
             with torch.no_grad():
-                batch = target_batch(target, d.train_needs, ids, loss.float(), attn.float())
                 if variant == "layers_shuffled":
                     perm = torch.randperm(batch.layer_kv.shape[2], generator=torch.Generator().manual_seed(seed + i))
-                    batch.layer_kv = batch.layer_kv[:, :, perm]
+                    batch = dataclasses.replace(batch, layer_kv=batch.layer_kv[:, :, perm])
                 if variant == "positions_shuffled":
                     perm = torch.randperm(batch.layer_kv.shape[1], generator=torch.Generator().manual_seed(seed + i))
-                    batch.layer_kv = batch.layer_kv[:, perm]
+                    batch = dataclasses.replace(batch, layer_kv=batch.layer_kv[:, perm])
                 period = torch.randint(d.config.period_min, d.config.period_max + 1, (len(idx),),
                                        generator=torch.Generator().manual_seed(seed + i))
                 last = d.last_verified(batch, period=period)
@@ -113,27 +113,40 @@ def probe(drafter_path: str | None, sequences: int, data: str, seed: int = 0, dt
     result = {"drafter": drafter_path or note, "sequences": len(seqs), "data": data, "dtype": dtype,
               "top1_by_distance": out, **forward_statistics(d, target, seqs)}
     if memory:
-        result["memory_reads"] = memory_reads(d, target, seqs)
+        result["memory_reads"] = memory_reads(d, target, seqs, batches)
         result["ca_worth_at_distance_1"] = round(out["normal"][1] - out["no_ca"][1], 4)
     return result
 
 
-def memory_reads(d, target, seqs, batch: int = 4) -> dict:
-    """Linear reads of the target's normed final feature at each answer position from the raw K+V, the LSA
-    memory row and CA's values there: R^2 and top-1 on held-out sequences (module docstring)."""
+def target_batches(d, target, seqs, batch: int = 4) -> list[tuple]:
+    """(ids, loss mask, attention mask, TrainBatch) for every `batch` sequences: the target's pass, done once."""
     import torch
 
     from core.training.data import collate, target_batch
 
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(seqs), batch):
+            ids, loss, attn = collate(seqs, list(range(i, min(i + batch, len(seqs)))), target.device)
+            out.append((ids, loss, attn, target_batch(target, d.train_needs, ids, loss.float(), attn.float())))
+    return out
+
+
+def memory_reads(d, target, seqs, batches: list[tuple] | None = None) -> dict:
+    """Linear reads of the target's normed final feature at each answer position from the raw K+V, the LSA
+    memory row and CA's values there: R^2 and top-1 on held-out sequences (module docstring). `batches`:
+    target_batches' output for these sequences, when already computed."""
+    import torch
+
     sources: dict[str, list] = {"raw_kv": [], "lsa_memory": [], "ca_values": []}
     truth, group = [], []
     h = target.hidden_size
+    first = 0
     with torch.no_grad():
-        for i in range(0, len(seqs), batch):
-            idx = list(range(i, min(i + batch, len(seqs))))
-            ids, loss, attn = collate(seqs, idx, target.device)
-            tb = target_batch(target, d.train_needs, ids, loss.float(), attn.float())
+        for ids, loss, attn, tb in batches if batches is not None else target_batches(d, target, seqs):
             b, t = ids.shape
+            idx = list(range(first, first + b))
+            first += b
             keep = (loss.bool() & attn.bool()).reshape(-1)
             kv = tb.layer_kv.reshape(b * t, tb.layer_kv.shape[2], -1)
             final = tb.hidden[d.config.n_target_layers].reshape(b * t, -1) if d.config.final_feature else None
@@ -151,7 +164,8 @@ def memory_reads(d, target, seqs, batch: int = 4) -> dict:
             group.append(torch.tensor(idx).repeat_interleave(t)[keep])
     y, g = torch.cat(truth), torch.cat(group)
     n = len(seqs)
-    fit_n, val_n = max(1, round(READ_SPLIT[0] * n)), max(1, round(READ_SPLIT[1] * n))
+    fit_n = max(1, min(n - 2, round(READ_SPLIT[0] * n)))  # every part keeps at least one sequence
+    val_n = max(1, min(n - 1 - fit_n, round(READ_SPLIT[1] * n)))
     parts = (g < fit_n, (g >= fit_n) & (g < fit_n + val_n), g >= fit_n + val_n)
     if not all(bool(p.any()) for p in parts):
         raise ValueError(f"the memory probe needs at least 3 held-out sequences with answers, got {n}")
