@@ -93,7 +93,8 @@ client-server-example: setup
 #   make train DRAFTER=moa PUBLISH=assets/drafters/moa   # after (or at the end of) training: copy checkpoint + card
 #   (joint runs: PUBLISH=assets/drafters puts each drafter in its own subfolder)
 #   make train-bg DRAFTER=moa ...                  # the same in the background, stdout/stderr to runs/<name>.out
-# Drafter names: eagle2, moa, moa-tli1, moa-tli2, moa-tli3, medusa, amphista.
+# Drafter names: eagle2, moa, moa-tli1, moa-tli2, moa-tli3, medusa, amphista; METHOD@NAME for a variant trained with
+# its own hyper-parameters (TRAIN_ARGS="--hyper moa@h24.period_max=24"), which analysis.bench --drafter-dir finds.
 # Resuming needs the same STEPS / BATCH_TOKENS / LR / SEED / MAX_LEN (the trainer refuses otherwise).
 comma := ,
 DRAFTER ?=
@@ -116,7 +117,7 @@ SEED ?= 0
 PUBLISH ?=
 TRAIN_ARGS ?=
 TRAIN_NAME = $(if $(DRAFTERS),joint-$(subst $(comma),-,$(DRAFTERS)),$(DRAFTER))
-RUN ?= runs/$(TRAIN_NAME)
+RUN ?= runs/$(TRAIN_NAME)$(if $(TARGET),-$(notdir $(abspath $(TARGET))))  # your own target: runs/eagle2-<folder>
 TARGET_DATAGEN = $(if $(TARGET),$(PY) -m core.training.datagen --target $(TARGET) --out $(TARGET_DATA) \
 	--limit $(TARGET_PROMPTS) --max-new-tokens 128 --dtype auto --no-progress &&)
 TRAIN_CMD = $(TARGET_DATAGEN) $(PY) -m core.training.train $(if $(DRAFTERS),--drafters $(DRAFTERS),--drafter $(DRAFTER)) \

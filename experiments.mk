@@ -92,12 +92,12 @@ drafters: setup
 
 # ---- MoA: the reference-width LSA without the post-CA MLP, trained on its own (docs/TRAINING.md, phase 11) ----
 # Two MoA N=0 variants continue the shipped moa jointly (one target pass per batch): `moa` with the full-width LSA
-# rebuilt from scratch (SA/CA/head kept), `moa-narrow` with the shipped LSA kept; both drop the MLP after CA.
+# rebuilt from scratch (SA/CA/head kept), `moa@narrow` with the shipped LSA kept; both drop the MLP after CA.
 # Then `make moa-ablation` compares them with the shipped MoA drafters and EAGLE-2 (fixed trees, one interleaved
 # run) and in the client-server split with a dropped link -> runs/moa-ablation/ablation.md (docs/RESULTS.md).
 MOA_PHASE11_HYPER := --hyper staircase=random --hyper draft_vocab_size=8192 --hyper feature_scale=24 \
 	--hyper ce_weight=1.0 --hyper ca_mlp=false --hyper moa.lsa_full_width=true --hyper moa.lsa_heads=6 \
-	--hyper moa.lsa_mlp_ratio=2
+	--hyper moa.lsa_mlp_ratio=2 --hyper moa@narrow.lsa_full_width=false
 # Phase 12: the shipped moa continued unchanged in architecture, but trained where inference needs it most.
 # Periods from 1 (every position one token past a verified state, as the children of a tree's root are) to
 # 14 instead of 6-14, so that distance 1 gets about twice the share of the loss; SA fully causal from the
@@ -203,12 +203,12 @@ moa-phase19: setup
 .PHONY: moa-phase11 moa-phase12 moa-phase13 moa-phase14 moa-phase14b moa-phase15 moa-phase16 moa-phase17 moa-phase18 moa-phase18b \
 	moa-phase19 moa-ablation
 moa-phase11: setup
-	$(MAKE) train DRAFTERS=moa,moa-narrow DATA=assets/distill_v5/distill.npz STEPS=1050 BATCH_TOKENS=1024 LR=5e-4 \
+	$(MAKE) train DRAFTERS=moa,moa@narrow DATA=assets/distill_v5/distill.npz STEPS=1050 BATCH_TOKENS=1024 LR=5e-4 \
 		SEED=11 RUN=runs/moa-wide TRAIN_ARGS="--warmup 50 --dtype bfloat16 --autocast on --eval-every 350 \
 		--eval-tokens 4096 --final-eval-tokens 16384 --init-from assets/drafters $(MOA_PHASE11_HYPER)"
 
 moa-ablation: setup
 	mkdir -p runs/moa-candidates
 	ln -sfn ../moa-wide/moa/final runs/moa-candidates/moa@wide
-	ln -sfn ../moa-wide/moa-narrow/final runs/moa-candidates/moa@narrow
+	ln -sfn ../moa-wide/moa@narrow/final runs/moa-candidates/moa@narrow
 	$(PY) -m analysis.moa_ablation --candidates runs/moa-candidates --out runs/moa-ablation

@@ -45,16 +45,31 @@ import torch
 from tqdm import tqdm
 
 from analysis import metrics
+from analysis.bench_drafters import (  # noqa: F401 - checkpoint_label, parse_label: re-exported for callers
+    build_drafters,
+    checkpoint_label,
+    fix_tree,
+    parse_drafter_specs,
+    parse_label,
+    resolve_drafter,
+)
+from analysis.bench_summary import (
+    RUN_FILE,
+    floor_table,
+    records_from_traces,
+    resummarize,
+    tree_of,
+    write_run,
+    write_summary,
+)
 from analysis.traces import TraceWriter, compact_trace
 from core.decoding import generate
 from core.drafters.base import Drafter
 from core.drafters.checkpoint import json_kind
-from core.methods import MethodName, parse_method
+from core.methods import BASELINE
 from core.target import Target, add_dtype_argument
 from core.verify import SamplingConfig
 
-BASELINE = "ar"
-UNTRAINED = ("ar", "pld")
 WARMUP_TOKENS = 16
 
 
@@ -131,7 +146,7 @@ def run_benchmark(
 
     chat_ids(messages) -> prompt ids and decode(ids) -> text default to the target's
     chat template and tokenizer; tests pass their own for targets without one.
-    floor: also report this machine's bare-matmul floor and cost curve (core.cost_curve; both cached per
+    floor: also report this machine's bare-matmul floor and cost curve (core.trees.cost_curve; both cached per
     machine, the tiny test target uses the fixed cost model) and, per method, the speedup as a share of the
     ideal one (analysis.metrics).
     resume: continue the run in out_dir (its run.json, answer files and traces), skipping the finished
@@ -170,7 +185,7 @@ def run_benchmark(
     else:
         for stale in [*out.glob("*.jsonl"), *out.glob("traces/*.jsonl.gz"), out / "summary.json", out / "report.html"]:
             stale.unlink(missing_ok=True)  # main() refuses a used folder without --overwrite
-    _write_run(out, config, questions)
+    write_run(out, config, questions)
 
     if warmup:
         first = [{"role": "user", "content": questions[0]["turns"][0]}]
@@ -182,14 +197,14 @@ def run_benchmark(
     if resume and "cost_curve" in config:
         curve, floor_ms = config["cost_curve"], config["floor_ms"]
     elif floor:  # after the warm-up, before the timed runs
-        from core import cost_curve
+        from core.trees import cost_curve
 
         curve = cost_curve.curve_for(target)
         floor_ms = cost_curve.matmul_floor_ms(target)
         config["floor_ms"] = round(floor_ms, 6)
         config["cost_curve"] = {k: curve.get(k) for k in ("key", "sizes", "ms", "context")}
-    config.setdefault("trees_at_start", {label: _tree_of(drafters[label]) for label in labels})
-    _write_run(out, config, questions)  # auto trees calibrate as they run: their start is kept
+    config.setdefault("trees_at_start", {label: tree_of(drafters[label]) for label in labels})
+    write_run(out, config, questions)  # auto trees calibrate as they run: their start is kept
     answer_files = {label: open(out / f"{label}.jsonl", "a" if resume else "w", encoding="utf-8")
                     for label in labels}
     traces = TraceWriter(out / "traces", append=resume) if record else None
@@ -238,202 +253,9 @@ def run_benchmark(
             traces.close()
 
     config["seconds"] = round(time.time() - config["started"], 1)
-    config["trees"] = {label: _tree_of(drafters[label]) for label in labels}
+    config["trees"] = {label: tree_of(drafters[label]) for label in labels}
     categories = list(dict.fromkeys(q["category"] for q in questions))
     return write_summary(out, config, categories, records, report=report, plotlyjs=plotlyjs)
-
-
-RUN_FILE = "run.json"  # a run's settings, written before its first answer (resume and resummarize read them)
-
-
-def _write_run(out: Path, config: dict, questions: Sequence[dict]) -> None:
-    run = {"config": config, "categories": list(dict.fromkeys(q["category"] for q in questions)),
-           "question_ids": [q["question_id"] for q in questions],
-           "question_turns": [len(q["turns"]) for q in questions]}
-    (out / RUN_FILE).write_text(json.dumps(run, indent=1), encoding="utf-8")
-
-
-def write_summary(out: Path, config: dict, categories: list, records: list[dict], report: bool = True,
-                  plotlyjs: str = "cdn", answers: dict | None = None) -> dict:
-    """summary.json (and report.html) from the per-question records: the one place a run's figures are made.
-    answers: {"found", "planned"} for a run stopped partway (--resume still finishes it)."""
-    labels = list(config["methods"])
-    per_method = metrics.summarize(records, baseline=BASELINE, curve=config.get("cost_curve"),
-                                   floor_ms=config.get("floor_ms"))
-    methods = {label: per_method[label] for label in labels if label in per_method}
-    summary = {"config": config, "categories": categories, "methods": methods,
-               "table": metrics.flat_rows(methods), "definitions": metrics.DEFINITIONS}
-    if config.get("command"):
-        summary["command"] = config["command"]
-    if answers is not None:
-        summary["answers"] = answers
-    with open(out / "summary.json", "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
-    if report:
-        from analysis.report import write_report
-
-        write_report(summary, out / "report.html", plotlyjs=plotlyjs)
-    return summary
-
-
-def records_from_traces(folder: Path, labels: Sequence[str], turns_of: Mapping | None = None) -> list[dict]:
-    """The per-question records (as run_benchmark keeps them) of every question whose turns all have traces
-    (turns_of: question id -> its number of turns, where known; a question answered again after a stop keeps its
-    last traces)."""
-    from analysis.traces import read_traces
-
-    by_turn: dict[tuple[str, object], dict[int, dict]] = {}
-    for label in labels:
-        path = folder / "traces" / f"{label}.jsonl.gz"
-        if path.is_file():
-            for tr in read_traces(path):
-                by_turn.setdefault((label, tr["question_id"]), {})[tr["turn"]] = tr
-    records = []
-    for (label, qid), got in by_turn.items():
-        trs = [got[t] for t in sorted(got)]
-        wanted = (turns_of or {}).get(qid, len(trs))
-        if sorted(got) != list(range(wanted)):
-            continue  # a question stopped between its turns: --resume answers it again
-        records.append({"method": label, "question_id": qid, "category": trs[0]["category"],
-                        "turn_stats": [metrics.turn_stats(t) for t in trs],
-                        "token_ids": [list(t["token_ids"]) for t in trs]})
-    return records
-
-
-def resummarize(folder: str | Path) -> dict:
-    """Recompute a run's summary.json (per-method figures, table, definitions) from its traces/ with the current
-    analysis.metrics, so that a changed definition applies to a committed run without decoding again: the timings
-    are the ones measured then, the machine's floor and cost curve the ones stored in its config. A run stopped
-    partway (no summary.json yet) is summarised from the answers it finished (its run.json gives the settings);
-    `summary["answers"]` says how many of how many. Rewrites summary.json and report.html; returns the summary."""
-    folder = Path(folder)
-    if (folder / RUN_FILE).is_file():
-        base = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
-        if (folder / "summary.json").is_file():  # the config as the finished run completed it (its trees)
-            base["config"] = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["config"]
-        planned = len(base["config"]["methods"]) * len(base["question_ids"])
-        turns_of = dict(zip(base["question_ids"], base["question_turns"]))
-    elif (folder / "summary.json").is_file():  # a run made before run.json existed: finished
-        base = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-        planned, turns_of = None, None
-    else:
-        raise FileNotFoundError(f"neither summary.json nor {RUN_FILE} there (not a benchmark run folder)")
-    cfg = base.get("config", {})
-    labels = list(cfg.get("methods") or base.get("methods", {}))
-    if cfg.get("record") is False or not (folder / "traces").is_dir():
-        raise FileNotFoundError("no traces/ there (the run was made with --no-record)")
-    records = records_from_traces(folder, labels, turns_of)
-    answers = None if planned is None or len(records) >= planned else {"found": len(records), "planned": planned}
-    return write_summary(folder, cfg, base.get("categories", []), records, answers=answers)
-
-
-def floor_table(summary: dict) -> str:
-    """Markdown: per method the floor, the verify pass against it, the ideal speedup and the share of it
-    reached, and drafting against the verify pass (analysis.metrics' definitions)."""
-    cfg = summary.get("config", {})
-    floor = cfg.get("floor_ms")
-    lines = [f"bare-matmul floor on this machine: {floor} ms (one token through every weight matrix)"
-             if floor is not None else "bare-matmul floor: not measured",
-             "", "| method | tree | verify ms | x floor | draft ms | draft / verify | ideal speedup | "
-                 "decoding speedup | share of ideal | speedup |", "|---|---|---|---|---|---|---|---|---|---|"]
-
-    def f(x, fmt="{:.2f}"):
-        return "-" if x is None else fmt.format(x)
-
-    for method, res in summary.get("methods", {}).items():
-        o = res["overall"]
-        tree = (cfg.get("trees") or {}).get(method) or {}
-        shape = f"d{tree['depth']}/n{tree['total_tokens']}{' auto' if tree.get('auto') else ''}" if tree else "-"
-        ideal = o.get("ideal_speedup")
-        lines.append(f"| {method} | {shape} | {f(o.get('verify_ms_per_cycle'))} | {f(o.get('verify_over_floor'))} | "
-                     f"{f(o.get('draft_ms_per_cycle'))} | {f(o.get('draft_share'), '{:.0%}')} | {f(ideal)} | "
-                     f"{f(o.get('decode_speedup'))} | {f(o.get('share_of_ideal'), '{:.0%}')} | {f(o.get('speedup'))} |")
-    return "\n".join(lines)
-
-
-def _tree_of(drafter: Drafter) -> dict | None:
-    """The tree a drafter ran with: auto (and the choice) or fixed, depth and size (None without a tree)."""
-    inner = getattr(drafter, "inner", drafter)
-    cfg = getattr(inner, "config", None)
-    if cfg is None:
-        return None
-    choice = getattr(inner, "tree_choice", None) or {}
-    if hasattr(cfg, "total_tokens"):
-        depth, size = cfg.depth, cfg.total_tokens
-    elif getattr(inner, "tree_paths", None):
-        depth, size = max(len(p) for p in inner.tree_paths), len(inner.tree_paths)
-    else:
-        return None
-    return {"auto": bool(getattr(inner, "tree_auto", False)), "depth": depth, "total_tokens": size,
-            "expected_tau": choice.get("expected_tau"), "acceptance_source": choice.get("acceptance_source"),
-            "calibration": choice.get("calibration"), "trial": choice.get("trial")}
-
-
-# ----- building drafters from the command line ---------------------------------------------------
-def parse_label(label: str) -> tuple[str, dict]:
-    """'moa-tli3' -> ('moa', {'tli': 3}), 'moa-tli1+lookup' -> ('moa+lookup', {'tli': 1}); else (label, {})."""
-    parsed = parse_method(label)
-    if parsed.tli is None:
-        return label, {}
-    return MethodName(parsed.base, None, parsed.lookup, parsed.variant).name, {"tli": parsed.tli}
-
-
-def checkpoint_label(label: str) -> str:
-    """The shipped checkpoint a label uses: 'eagle2+lookup' -> 'eagle2'."""
-    parsed = parse_method(label)
-    return parsed.checkpoint or parsed.base
-
-
-def parse_drafter_specs(specs: Sequence[str]) -> dict[str, str]:
-    """['random', 'moa=PATH'] -> {'*': 'random', 'moa': 'PATH'}."""
-    out = {}
-    for s in specs:
-        key, sep, value = s.partition("=")
-        if not sep:
-            key, value = "*", s
-        if not value:
-            raise ValueError(f"--drafter {s!r}: expected METHOD=PATH, METHOD=random or random")
-        out[key] = value
-    return out
-
-
-def resolve_drafter(label: str, specs: Mapping[str, str], drafter_dir: str | None) -> str | None:
-    """Checkpoint for a method label: an explicit spec, DIR/<label>, the wildcard spec, else None (shipped)."""
-    method, _ = parse_label(label)
-    base = checkpoint_label(label)
-    if method in UNTRAINED or base in UNTRAINED:
-        return None
-    for key in (label, method, base, parse_label(base)[0]):
-        if key in specs:
-            return specs[key]
-    if drafter_dir and (Path(drafter_dir) / base).is_dir():
-        return str(Path(drafter_dir) / base)
-    return specs.get("*")
-
-
-def fix_tree(drafter: Drafter) -> None:
-    """Keep the tree a checkpoint stores instead of sizing it for this machine (bench --trees fixed)."""
-    inner = getattr(drafter, "inner", drafter)
-    if hasattr(inner, "tree_auto"):
-        inner.tree_auto, inner.tree_choice = False, None
-
-
-def build_drafters(target: Target, labels: Sequence[str], specs: Mapping[str, str], drafter_dir: str | None
-                   ) -> tuple[dict[str, Drafter], dict[str, str]]:
-    from core.methods import build_drafter
-
-    drafters, sources = {}, {}
-    for label in labels:
-        method, opts = parse_label(label)
-        spec = resolve_drafter(label, specs, drafter_dir)
-        drafters[label] = build_drafter(method, target, spec, **opts)
-        if method in UNTRAINED or checkpoint_label(label) in UNTRAINED:
-            sources[label] = "built-in"
-        elif spec is None:
-            sources[label] = f"shipped: assets/drafters/{checkpoint_label(label)}"
-        else:
-            sources[label] = spec
-    return drafters, sources
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -495,10 +317,9 @@ def check_args(args: argparse.Namespace, labels: Sequence[str], specs: Mapping[s
     if args.drafter_dir is not None and not Path(args.drafter_dir).is_dir():
         raise checks.UsageError(f"--drafter-dir {args.drafter_dir}: no such folder")
     for label in labels:
-        method, opts = parse_label(label)
         spec = resolve_drafter(label, specs, args.drafter_dir)
         checks.check_drafter_folder(spec, f"--drafter (for {label})")
-        check_method(method, spec, **opts)
+        check_method(label, spec)
     checks.check_output_dir(args.out, "--out")
     check_run_folder(Path(args.out), args.resume, args.overwrite)
 

@@ -32,11 +32,11 @@ Definitions (the same everywhere in the project):
   decode loop's own time. The prefill stays out of both because it costs several one-token passes: counted
   as one pass in the ideal and in full in the speedup, it would charge every method for work that is not
   drafting.
-* With this machine's cost curve (core.cost_curve) also `ideal_speedup_curve` = decode_tau x t(1) / t(1 + mean
+* With this machine's cost curve (core.trees.cost_curve) also `ideal_speedup_curve` = decode_tau x t(1) / t(1 + mean
   tree nodes), both from the curve (bare target passes, no verification bookkeeping): the same limit
   from separately timed passes, for comparison.
 * `draft_share` = draft ms / verify ms per cycle; `floor_ms` = the bare-matmul floor (one token through
-  every weight matrix of the target, core.cost_curve.matmul_floor_ms) and `verify_over_floor` = the
+  every weight matrix of the target, core.trees.cost_curve.matmul_floor_ms) and `verify_over_floor` = the
   method's verify ms per cycle / floor_ms (plain decoding's is how far a target pass is from the floor).
 
 Generation time is the sum of the events' draft and verify times (prefill
@@ -52,7 +52,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 
-from core.cost_curve import pass_ms
+from core.trees.cost_curve import pass_ms
 
 DEFINITIONS = {
     "tau": "new tokens / target forward passes (prefill counted; plain decoding = 1.0)",
@@ -65,7 +65,7 @@ DEFINITIONS = {
     "identical_to_ar": "fraction of questions whose token ids (every turn) equal ar's",
     "per_cycle": "a cycle = one draft + one verify pass; the prefill is not a cycle",
     "ideal_speedup_curve": "decode_tau x t(1-token pass) / t(pass of 1 + mean_tree_nodes tokens), both from this "
-                           "machine's cost curve (core.cost_curve)",
+                           "machine's cost curve (core.trees.cost_curve)",
     "share_of_ideal": "decode_speedup / ideal_speedup (both over the decoding phase of this run)",
     "draft_share": "draft_ms_per_cycle / verify_ms_per_cycle",
     "floor_ms": "bare matmuls of one token through every weight matrix of the target (no attention, no Python "
@@ -208,7 +208,7 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 def finalize(stats: dict, ar: dict | None = None, identical: float | None = None, questions: int | None = None,
              curve: dict | None = None, floor_ms: float | None = None) -> dict:
     """The reported metrics of merged `stats`, with `ar`'s merged stats (same questions) as the baseline;
-    `curve` (a core.cost_curve curve) and `floor_ms` add the floor and share-of-ideal figures."""
+    `curve` (a core.trees.cost_curve curve) and `floor_ms` add the floor and share-of-ideal figures."""
     tps = stats["new_tokens"] / stats["wall_time"] if stats["wall_time"] > 0 else 0.0
     qtps = stats["question_tps"]
     t = tau(stats["new_tokens"], stats["steps"])

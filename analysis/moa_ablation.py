@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 from analysis import bench, offline
-from core.methods import default_drafter_folder, parse_method
+from core.methods import default_drafter_folder, parse_method, shipped_names
 
-REFERENCES = ("ar", "eagle2", "moa", "moa-tli1", "moa-tli3")
+REFERENCES = (bench.BASELINE, *shipped_names(tree="dynamic"))  # plain decoding and every shipped dynamic-tree drafter
 
 
 def architecture(folder: Path) -> dict:

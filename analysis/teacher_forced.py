@@ -36,12 +36,13 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from core.methods import shipped_names
 from core.target import add_dtype_argument
 from core.training.data import collate, make_sequences, target_batch
 from core.training.prompts import read_questions
 from core.training.specs import resolve_spec, union_needs
 
-DEFAULT_DRAFTERS = ("eagle2", "moa", "moa-tli1", "moa-tli3", "medusa", "amphista")
+DEFAULT_DRAFTERS = tuple(shipped_names(trained=True))  # every shipped drafter (moa-tliN as found on disk)
 MAX_LEN = 512
 
 

@@ -34,9 +34,11 @@ from analysis.bench import load_questions, run_benchmark
 from core.decoding import generate
 from core.drafters.base import Autoregressive, Drafter
 from core.drafters.checkpoint import weight_files
+from core.methods import build_drafter, default_drafter_folder, methods_where, tli_of, with_tli
 from core.target import Target, add_dtype_argument
 from core.verify import SamplingConfig
 
+MOA = methods_where(tli=True)[0]  # the method that takes TLI N
 TLI_VALUES = (0, 1, 3)
 PROMPTS = Path(__file__).resolve().parent.parent / "assets" / "prompts"
 RANDOM_NOTE = "random (untrained stand-in: no shipped checkpoint; times are real, tau is not)"
@@ -44,9 +46,7 @@ RANDOM_NOTE = "random (untrained stand-in: no shipped checkpoint; times are real
 
 def shipped_folder(n: int) -> Path | None:
     """The shipped MoA checkpoint trained with TLI N, if any (moa-tliN, or moa when its config says N)."""
-    from core.methods import default_drafter_folder
-
-    for name in (f"moa-tli{n}", "moa"):
+    for name in dict.fromkeys((with_tli(MOA, n), MOA)):
         folder = default_drafter_folder(name)
         try:
             meta = json.loads((folder / "config.json").read_text())
@@ -59,14 +59,13 @@ def shipped_folder(n: int) -> Path | None:
 
 def load_tli_drafter(target: Target, n: int, allow_random: bool = True, seed: int = 0) -> tuple[Drafter, str]:
     """(MoA drafter with TLI N, where it came from): the shipped checkpoint, else a random one if allowed."""
-    from core.methods import build_drafter
-
     folder = shipped_folder(n)
     if folder is not None:
-        return build_drafter("moa", target, str(folder)), f"shipped: assets/drafters/{folder.name}"
+        return build_drafter(MOA, target, str(folder)), f"shipped: assets/drafters/{folder.name}"
     if not allow_random:
-        raise FileNotFoundError(f"no shipped MoA drafter with TLI N={n} (looked for assets/drafters/moa-tli{n})")
-    return build_drafter("moa", target, "random", tli=n, seed=seed), RANDOM_NOTE
+        raise FileNotFoundError(f"no shipped MoA drafter with TLI N={n} (looked for assets/drafters/"
+                                f"{with_tli(MOA, n)})")
+    return build_drafter(MOA, target, "random", tli=n, seed=seed), RANDOM_NOTE
 
 
 def rows_from_summary(summary: dict, labels: dict[int, str], sources: dict[int, str]) -> list[dict]:
@@ -132,7 +131,7 @@ def sweep(
     labels, sources = {}, {}
     for n in tli_values:
         drafter, source = build(n)
-        labels[n] = f"moa-tli{n}"
+        labels[n] = with_tli(MOA, n)
         sources[n] = source
         drafters[labels[n]] = drafter
     notes = [f"TLI N={n}: {RANDOM_NOTE}" for n in tli_values if sources[n] == RANDOM_NOTE]
@@ -148,10 +147,9 @@ def from_summary(summary_path: str | Path, out_dir: str | Path) -> dict:
     """The TLI table of an `analysis.bench` run that included moa, moa-tli1, ... (no new measurement)."""
     summary = json.loads(Path(summary_path).read_text(encoding="utf-8"))
     drafters = summary["config"].get("drafters", {})
-    labels = {0 if label == "moa" else int(label[len("moa-tli"):]): label for label in summary["methods"]
-              if label == "moa" or label.startswith("moa-tli")}
+    labels = {tli_of(label): label for label in summary["methods"] if tli_of(label) is not None}
     if not labels:
-        raise ValueError(f"{summary_path} has no moa or moa-tliN method")
+        raise ValueError(f"{summary_path} has no {MOA} method (with any TLI N)")
     labels = dict(sorted(labels.items()))
     sources = {n: drafters.get(label, "unknown") for n, label in labels.items()}
     notes = [f"TLI N={n}: {RANDOM_NOTE}" for n, s in sources.items() if s.startswith("random")]

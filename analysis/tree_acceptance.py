@@ -2,7 +2,7 @@
 
     python -m analysis.tree_acceptance --prompts 16 --out assets/results/tree_acceptance.json
 
-`auto` trees (core.cost_curve.choose_tree) trade expected tau against this machine's cost curve. Until now
+`auto` trees (core.trees.choice.choose_tree) trade expected tau against this machine's cost curve. Until now
 the expected tau of a (depth D, N nodes) tree was extrapolated from one reference tree's acceptance by
 depth with a width model; the model credited a wider level with more acceptance even where the reference
 tree already held all top_k children of the root, and so overstated small deep trees (auto trees chosen that
@@ -26,7 +26,7 @@ Prompts: the distillation data's held-out split (analysis.tree_sweep.heldout_pro
 questions, so choosing trees does not tune on the benchmark that reports them.
 
 The probe also times, on this machine, the drafter's state update per cycle (accept, which for MoA also drafts
-the root's children) and one expansion level; core.cost_curve scales both by this machine's one-token pass
+the root's children) and one expansion level; core.trees.choice scales both by this machine's one-token pass
 against the probe's. Medusa and Amphista draft static trees, sized by core.drafters.static_tree instead.
 """
 
@@ -43,12 +43,13 @@ import torch
 from tqdm import tqdm
 
 from core.drafters.base import TargetNeeds, Verified
-from core.tree import DraftTree
+from core.methods import shipped_names
+from core.trees.draft_tree import DraftTree
 
-DYNAMIC_METHODS = ("eagle2", "moa", "moa-tli1", "moa-tli3")
-PROBE_DEPTH = 8  # core.cost_curve.MAX_AUTO_DEPTH: the deepest tree `auto` considers
+DYNAMIC_METHODS = tuple(shipped_names(tree="dynamic"))  # the shipped dynamic-tree drafters (moa-tliN as on disk)
+PROBE_DEPTH = 8  # core.trees.cost_curve.MAX_AUTO_DEPTH: the deepest tree `auto` considers
 PROBE_TOP_K = 8  # the shipped drafters' top_k
-MAX_TOKENS = 64  # core.cost_curve.MAX_AUTO_TOKENS
+MAX_TOKENS = 64  # core.trees.cost_curve.MAX_AUTO_TOKENS
 ALL_CANDIDATES = 100_000  # total_tokens for the probe: keep every candidate
 
 
@@ -152,9 +153,9 @@ def probe_method(target, method: str, prompts: list[list[int]], max_new_tokens: 
     drafter: the drafter to probe (default: the method's shipped checkpoint). The entry: "checkpoint" (its
     signature), "positions" probed, "top_k", "accept_ms" and "level_ms" (medians on this machine), "verify_ms_1"
     (the one-token pass of the same run), "grid" rows [depth, total_tokens, tau]."""
-    from core.cost_curve import checkpoint_signature
     from core.decoding import generate
     from core.methods import build_drafter
+    from core.trees.acceptance import checkpoint_signature
 
     drafter = build_drafter(method, target) if drafter is None else drafter
     probe = TreeProbe(drafter)
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     add_dtype_argument(p)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out", required=True, help="the JSON table to write (core.cost_curve reads "
+    p.add_argument("--out", required=True, help="the JSON table to write (core.trees.acceptance reads "
                    "assets/results/tree_acceptance.json)")
     args = p.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]

@@ -25,14 +25,15 @@ import torch
 
 from analysis.bench import run_benchmark
 from core.drafters.base import Autoregressive, Drafter
+from core.methods import methods_where
 from core.target import Target, add_dtype_argument
 
 DISTILL = Path(__file__).resolve().parent.parent / "assets" / "distill"
 # (method, label suffix, options): dynamic trees as (depth, top_k, total_tokens), static trees by size
 GRID: list[tuple[str, str, dict]] = (
-    [(m, f"d{d}k{k}n{n}", {"depth": d, "top_k": k, "total_tokens": n}) for m in ("eagle2", "moa")
+    [(m, f"d{d}k{k}n{n}", {"depth": d, "top_k": k, "total_tokens": n}) for m in methods_where(tree="dynamic")
      for d, k, n in ((4, 8, 16), (5, 8, 24), (6, 8, 32), (6, 10, 48), (7, 10, 64))]
-    + [(m, f"n{n}", {"tree_size": n}) for m in ("medusa", "amphista") for n in (8, 16, 24, 32, 48, 64)])
+    + [(m, f"n{n}", {"tree_size": n}) for m in methods_where(tree="static") for n in (8, 16, 24, 32, 48, 64)])
 
 
 def heldout_prompts(count: int, seed: int = 0, data: str | Path = DISTILL) -> tuple[list[dict], Callable]:

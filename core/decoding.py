@@ -12,7 +12,8 @@ Plain decoding is the drafter that proposes an empty tree. Each pass yields a
 `StepEvent`; with `record=True` the events also carry what the app and the
 failure analysis need (target probabilities and top-10 at every drafted node).
 Steps count target forward passes, the prefill included, so
-tau = new tokens / steps (plain decoding: exactly 1.0).
+tau = new tokens / steps (plain decoding: exactly 1.0). The last event says why
+generation stopped (`stop_rule`, the one place that decides it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 
 from core.drafters.base import Drafter, Verified, select_rows
 from core.target import Target
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 from core.verify import SamplingConfig, sample, target_probs, verify_tree
 
 MAX_NEW_TOKENS_LIMIT = 4096
@@ -49,6 +50,7 @@ class StepEvent:
     row_entropy: list[float] | None = None  # target entropy at [root, nodes...]
     row_top: list[list[tuple[int, float]]] | None = None  # target top-10 at [root, nodes...]
     extras: dict = field(default_factory=dict)
+    stop_reason: str | None = None  # set on the last event: "eos", "max_new_tokens" or "context" (stop_rule)
 
     @property
     def accepted_len(self) -> int:
@@ -140,6 +142,26 @@ def validate_request(target: Target, prompt_ids: Sequence[int], max_new_tokens: 
         raise ValueError(f"token ids out of the vocabulary (size {target.vocab_size}): {bad[:5]}")
 
 
+def stop_rule(new: list[int], n_out: int, max_new_tokens: int, stop: set[int] | frozenset[int],
+              context_full: bool) -> tuple[list[int], str | None]:
+    """The stop rules, in order: end of turn, budget, context. Returns the step's tokens cut where generation
+    ends, and why it ends ("eos", "max_new_tokens", "context"), or None while it goes on.
+
+    `new`: the tokens this step would append; `n_out`: tokens appended before it; `context_full`: the KV cache
+    holds the model's whole context.
+    """
+    reason = None
+    for i, tok in enumerate(new):
+        if tok in stop:
+            new, reason = new[: i + 1], "eos"
+            break
+    if n_out + len(new) >= max_new_tokens:
+        new, reason = new[: max_new_tokens - n_out], reason or "max_new_tokens"
+    if context_full:
+        reason = reason or "context"
+    return new, reason
+
+
 def _record(event: StepEvent, logits: torch.Tensor, cfg: SamplingConfig) -> None:
     """Fill the recorded fields from the pass's logits [n+1, V] (only when recording)."""
     probs = torch.softmax(logits.float(), dim=-1) if cfg.greedy else target_probs(logits, cfg)
@@ -184,14 +206,15 @@ def generate_stream(
     hidden, kv = select_rows(out, torch.arange(len(prompt_ids), device=dev))
     drafter.begin(target, Verified(list(prompt_ids), first, 0, hidden, kv))
     t2 = time.perf_counter()
-    event = StepEvent(0, [first], [], first, t2 - t1, t1 - t0, position=len(prompt_ids) - 1)
+    new, reason = stop_rule([first], 0, max_new_tokens, stop, cache.length >= target.max_positions)
+    event = StepEvent(0, new, [], first, t2 - t1, t1 - t0, position=len(prompt_ids) - 1, stop_reason=reason)
     if record:
         _record(event, out.logits[0, -1:], sampling)
-    n_out = 1
+    n_out = len(new)
     for h in hooks:
         h(event)
     yield event
-    if first in stop or n_out >= max_new_tokens:
+    if reason:
         return
 
     root = first
@@ -220,19 +243,11 @@ def generate_stream(
         drafter.accept(Verified(toks, bonus, past, hidden, kv, tree, accepted))
         t3 = time.perf_counter()
 
-        new = toks[1:] + [bonus]
-        reason = None
-        for i, tok in enumerate(new):  # stop rules: end of turn, budget, context
-            if tok in stop:
-                new, reason = new[: i + 1], "eos"
-                break
-        if n_out + len(new) >= max_new_tokens:
-            new, reason = new[: max_new_tokens - n_out], reason or "max_new_tokens"
-        if cache.length >= target.max_positions:
-            reason = reason or "context"
+        new, reason = stop_rule(toks[1:] + [bonus], n_out, max_new_tokens, stop,
+                                cache.length >= target.max_positions)
         n_out += len(new)
         event = StepEvent(step, new, accepted, bonus, (t1 - t0) + (t3 - t2), t2 - t1, tree, past,
-                          extras=tree.extras)
+                          extras=tree.extras, stop_reason=reason)
         if observe is not None:
             observe(event)  # an auto tree calibrates itself from measured cycles
         if record:
@@ -255,7 +270,7 @@ def generate(
     hooks: Sequence[Callable[[StepEvent], None]] = (),
     stop_tokens: set[int] | None = None,
 ) -> GenerationResult:
-    """Run `generate_stream` to the end and collect the result."""
+    """Run `generate_stream` to the end and collect the result (the stop reason is the last event's)."""
     events: list[StepEvent] = []
     tokens: list[int] = []
     t0 = time.perf_counter()
@@ -263,12 +278,5 @@ def generate(
         events.append(ev)
         tokens.extend(ev.new_tokens)
     wall = time.perf_counter() - t0
-    stop = target.eos_token_ids if stop_tokens is None else stop_tokens
-    if tokens and tokens[-1] in stop:
-        reason = "eos"
-    elif len(tokens) >= max_new_tokens:
-        reason = "max_new_tokens"
-    else:
-        reason = "context"
     text = target.decode(tokens) if target.tokenizer is not None else ""
-    return GenerationResult(tokens, text, len(events), wall, events, reason)
+    return GenerationResult(tokens, text, len(events), wall, events, events[-1].stop_reason)

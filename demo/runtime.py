@@ -16,7 +16,7 @@ Configuration (environment variables, read when a `Runtime` is built):
                              (core.drafters.published_formats; `eagle:DIR` / `medusa:DIR` force the format)
 
 `Runtime.start_background_load()` (app.py calls it at server start) loads the target in a thread, runs the
-plain-decoding reference and measures the cost curve (core.cost_curve), with `status()` telling the page
+plain-decoding reference and measures the cost curve (core.trees.cost_curve), with `status()` telling the page
 how far it got; a request that arrives meanwhile waits for the same load.
 """
 
@@ -29,14 +29,26 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from core import cost_curve
 from core.cli_checks import one_line as cli_one_line
 from core.decoding import generate_stream
 from core.drafters.base import Drafter
 from core.drafters.lookup_branch import LookupBranch
 from core.drafters.published_formats import FORMAT_NAMES
-from core.methods import MethodName, build_drafter, default_drafter_folder, method_labels, parse_method
+from core.methods import (
+    MethodName,
+    build_drafter,
+    has_shipped,
+    load_method,
+    method_labels,
+    parse_method,
+    shipped_folder,
+    shipped_tli,
+    takes_tli,
+    tli_of,
+    with_tli,
+)
 from core.target import Target, load_target, resolve_device, resolve_dtype, tiny_target
+from core.trees import cost_curve
 from core.verify import SamplingConfig
 from demo.render import generation_stats, token_pieces, tokens_from_events
 
@@ -46,7 +58,7 @@ log = logging.getLogger("speclens.app")
 # tree plus a lookup chain, core.drafters.lookup_branch); labels come from core.methods' table.
 METHOD_LABELS = method_labels()
 LOOKUP_NOTE = "with a context-lookup branch grafted on its tree (not part of the paper)"
-TLI_CHOICES = (0, 1, 3)
+TLI_CHOICES = tuple(shipped_tli()) or (0,)  # MoA's N with a shipped checkpoint (0, 1, 3), found on disk
 MAX_NEW_TOKENS = 512
 MAX_PROMPT_TOKENS = 2048
 REFERENCE_PROMPT = "Explain in two sentences why the sky is blue."
@@ -55,15 +67,6 @@ UNTRAINED_NOTE = "untrained drafter: tau near 1"
 
 class UserError(ValueError):
     """A problem the user can fix; its message is shown as is."""
-
-
-def checkpoint_folder(method: str, tli: int | None = None):
-    parsed = parse_method(method)
-    return default_drafter_folder(MethodName(parsed.base, tli or parsed.tli).checkpoint or parsed.base)
-
-
-def has_checkpoint(method: str, tli: int | None = None) -> bool:
-    return (checkpoint_folder(method, tli) / "config.json").is_file()
 
 
 def drafter_env(method: str) -> tuple[str, str] | None:
@@ -113,7 +116,7 @@ class Runtime:
         self.plain_source = ""
         path = env.get("SPECLENS_COST_CURVE", str(cost_curve.CACHE_FILE))
         self.cost_curve_path: str | None = None if path.lower() == "none" else path
-        self.cost_curve: dict | None = None  # core.cost_curve.measure_cost_curve, once measured
+        self.cost_curve: dict | None = None  # core.trees.cost_curve.measure_cost_curve, once measured
         self._status = ("idle", "the target loads on first use")
         self._status_t0 = time.perf_counter()
         self._thread: threading.Thread | None = None
@@ -164,7 +167,7 @@ class Runtime:
         return self._thread
 
     def measure_cost_curve(self) -> dict | None:
-        """This machine's cost curve (core.cost_curve), measured once; None if it cannot be measured."""
+        """This machine's cost curve (core.trees.cost_curve), measured once; None if it cannot be measured."""
         if self.cost_curve is None:
             target = self.load()
             state = self._status
@@ -273,59 +276,68 @@ class Runtime:
         """(label, method) for every method this build can run; untrained ones say so."""
         out = []
         for m, label in METHOD_LABELS.items():
-            if m not in ("ar", "pld") and drafter_env(m) is None and (self.tiny or not has_checkpoint(m)):
+            if parse_method(m).method.trained and drafter_env(m) is None and (self.tiny or not has_shipped(m)):
                 label += " · untrained"
             out.append((label, m))
         return out
 
     def check_method(self, method: str) -> None:
-        if method not in METHOD_LABELS:
+        """UserError unless `method` is a name the app runs: a menu entry, MoA with a shipped TLI N among them."""
+        try:
+            parsed = parse_method(method)
+        except ValueError:
+            parsed = None
+        if parsed is None or parsed.variant or MethodName(parsed.base, lookup=parsed.lookup).name not in \
+                METHOD_LABELS or (parsed.tli is not None and parsed.tli not in TLI_CHOICES):
             raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHOD_LABELS)}.")
 
-    def _build(self, method: str, tli: int | None) -> tuple[Drafter, str]:
-        parsed = parse_method(method)
+    def method_name(self, method: str, tli: int | None = None) -> str:
+        """The one name of `method` run with MoA's TLI N ('moa', 3 -> 'moa-tli3'); N is ignored by methods that
+        take none. UserError for an unknown method."""
+        self.check_method(method)
+        name = with_tli(method, int(tli)) if tli is not None and takes_tli(method) else method
+        self.check_method(name)
+        return name
+
+    def _build(self, name: str) -> tuple[Drafter, str]:
+        parsed = parse_method(name)
         if parsed.lookup:
-            inner, note = self._build(MethodName(parsed.base, parsed.tli).name, tli)
+            inner, note = self._build(MethodName(parsed.base, parsed.tli).name)
             return LookupBranch(inner), f"{note}; {LOOKUP_NOTE}" if note else LOOKUP_NOTE
         target = self.load()
-        if method in ("ar", "pld"):
-            return build_drafter(method, target), ""
-        opts = {"tli": int(tli)} if method == "moa" and tli is not None else {}
-        env = drafter_env(method)
+        if not parsed.method.trained:
+            return load_method(name, target).drafter, ""
+        env = drafter_env(name)
         if env is not None:  # the user's folder: a failure is theirs to fix, never a silent random stand-in
-            name, spec = env
+            var, spec = env
             try:
-                drafter = build_drafter(method, target, spec, **{k: v for k, v in opts.items() if v})
+                loaded = load_method(name, target, spec)
             except (ValueError, OSError) as err:
-                raise UserError(f"{name}={spec}: {cli_one_line(err)}") from err
-            published = getattr(getattr(drafter, "inner", drafter), "published", None)
-            kind = f"{FORMAT_NAMES[published['format']]} checkpoint, converted" if published else "trained"
-            return drafter, f"{method} drafter from {spec} ({kind}; {name})"
-        if not self.tiny and has_checkpoint(method, tli):
-            try:
-                trained_opts = {k: v for k, v in opts.items() if v}  # the N=0 checkpoint takes no option
-                folder = checkpoint_folder(method, tli)
-                return build_drafter(method, target, str(folder), **trained_opts), \
-                    f"trained {method} drafter ({folder.name})"
-            except Exception as err:  # mismatched or broken checkpoint: say so, fall back to random
-                log.warning("could not load the trained %s drafter: %s", method, err)
-                reason = f"the trained checkpoint could not be loaded ({err})"
-        else:
-            reason = f"no trained checkpoint at assets/drafters/{checkpoint_folder(method, tli).name}"
-        drafter = build_drafter(method, target, "random", **opts)
-        return drafter, f"{UNTRAINED_NOTE} ({reason}; using a randomly initialised {method} drafter)"
+                raise UserError(f"{var}={spec}: {cli_one_line(err)}") from err
+            kind = f"{FORMAT_NAMES[loaded.published['format']]} checkpoint, converted" if loaded.published \
+                else "trained"
+            return loaded.drafter, f"{parsed.base} drafter from {spec} ({kind}; {var})"
+        # a missing or broken shipped checkpoint: say so, fall back to random (tiny mode never reads them: they
+        # are made for the real target)
+        loaded = load_method(name, target, "random" if self.tiny else None, fallback="unloadable")
+        if loaded.source == "shipped":
+            return loaded.drafter, f"trained {parsed.base} drafter ({loaded.folder.name})"
+        if loaded.error is not None:
+            log.warning("could not load the trained %s drafter: %s", name, loaded.error)
+        reason = loaded.fallback or f"no trained checkpoint at assets/drafters/{shipped_folder(name).name}"
+        return loaded.drafter, f"{UNTRAINED_NOTE} ({reason}; using a randomly initialised {parsed.base} drafter)"
 
     @contextmanager
-    def drafter(self, method: str, tli: int | None = None) -> Iterator[tuple[Drafter, str]]:
-        """Borrow a drafter (drafters keep per-generation state, so one generation uses one at a time)."""
-        self.check_method(method)
-        key = (method, tli if method == "moa" else None)
+    def drafter(self, name: str) -> Iterator[tuple[Drafter, str]]:
+        """Borrow the drafter of a method name such as 'moa-tli3' (drafters keep per-generation state, so one
+        generation uses one at a time)."""
+        self.check_method(name)
         with self._pool_lock:
-            idle = self._pool.setdefault(key, [])
+            idle = self._pool.setdefault(name, [])
             item = idle.pop() if idle else None
         if item is None:
             try:
-                item = self._build(method, tli)
+                item = self._build(name)
             except UserError:
                 raise
             except FileNotFoundError as err:
@@ -337,28 +349,27 @@ class Runtime:
             yield item
         finally:
             with self._pool_lock:
-                self._pool[key].append(item)
+                self._pool[name].append(item)
 
-    def calibrated_choice(self, method: str, tli: int | None = None) -> dict | None:
+    def calibrated_choice(self, name: str) -> dict | None:
         """The tree choice of a drafter this app has already run, once it has calibrated itself from measured
-        cycles (core.cost_curve.CycleLedger); None before that, and for methods without an auto tree."""
-        key = (method, tli if method == "moa" else None)
+        cycles (core.trees.calibration.CycleLedger); None before that, and for methods without an auto tree."""
         with self._pool_lock:
-            items = list(self._pool.get(key, []))
+            items = list(self._pool.get(name, []))
         for drafter, _ in items:
             choice = getattr(getattr(drafter, "inner", drafter), "tree_choice", None)
             if choice and choice.get("calibration"):
                 return choice
         return None
 
-    def note_for(self, method: str, tli: int | None = None) -> str:
-        """The drafter note without building anything (for labels before a run)."""
-        if method in ("ar", "pld"):
+    def note_for(self, name: str) -> str:
+        """The drafter note of a method name without building anything (for labels before a run)."""
+        if not parse_method(name).method.trained:
             return ""
-        env = drafter_env(method)
+        env = drafter_env(name)
         if env is not None:
             return f"from {env[1]} ({env[0]})"
-        if self.tiny or not has_checkpoint(method, tli):
+        if self.tiny or not has_shipped(name):
             return UNTRAINED_NOTE
         return "trained"
 
@@ -379,17 +390,22 @@ class Runtime:
 
     def stream(self, method: str, prompt_ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0,
                tli: int | None = None, plain_tps: float | None = None) -> Iterator[dict]:
-        """Generate, yielding the run record (a JSON-able dict, updated in place) after every target pass."""
+        """Generate with a method name such as 'moa-tli3', yielding the run record (a JSON-able dict, updated in
+        place) after every target pass. `tli` N composes the name for callers that hold MoA's N apart."""
+        name = self.method_name(method, tli)
         max_new_tokens = self.check_max_new_tokens(max_new_tokens)
         try:
             sampling = SamplingConfig(float(temperature))
         except ValueError as err:
             raise UserError(str(err)) from err
         target = self.load()
-        with self.drafter(method, tli) as (drafter, note):
+        parsed = parse_method(name)
+        menu = MethodName(parsed.base, lookup=parsed.lookup).name  # the menu entry: the name without its TLI N
+        with self.drafter(name) as (drafter, note):
             run = {
-                "method": method, "label": METHOD_LABELS.get(method, method),
-                "tli": tli if method == "moa" else None, "note": note, "temperature": float(temperature),
+                "method": name, "label": METHOD_LABELS.get(menu, menu),
+                "tli": parsed.tli if parsed.lookup else tli_of(name), "note": note,
+                "temperature": float(temperature),
                 "greedy": sampling.greedy, "prompt_ids": list(prompt_ids), "token_ids": [], "pieces": [],
                 "tokens": [], "events": [], "wall_time": 0.0, "stop_reason": None, "text": "", "done": False,
                 "stats": generation_stats([], 0.0, plain_tps), "target": self.describe(),
@@ -398,7 +414,9 @@ class Runtime:
             if run["tli"] is not None:
                 run["label"] += f", N={run['tli']}"
             t0 = time.perf_counter()
+            reason = None  # core.decoding.stop_rule's, on the last event
             for ev in generate_stream(target, drafter, list(prompt_ids), max_new_tokens, sampling, record=True):
+                reason = ev.stop_reason
                 d = ev.to_dict()
                 run["events"].append(d)
                 start = len(run["token_ids"])
@@ -411,12 +429,10 @@ class Runtime:
                 run["stats"] = generation_stats(run["events"], run["wall_time"], plain_tps, self.cost_curve)
                 yield run
             ids = run["token_ids"]
-            stop = target.eos_token_ids
-            run["stop_reason"] = "eos" if ids and ids[-1] in stop else (
-                "max_new_tokens" if len(ids) >= max_new_tokens else "context")
+            run["stop_reason"] = reason
             run["text"] = self.decode(ids)
             run["done"] = True
-            if method == "ar" and len(ids) >= 8:
+            if name == "ar" and len(ids) >= 8:
                 self.plain_tps = run["stats"]["tokens_per_s"]
                 self.plain_source = "latest plain run on this machine"
             yield run

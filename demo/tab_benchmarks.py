@@ -21,7 +21,7 @@ from analysis.copying import copying_figure
 from analysis.report import method_colors
 from analysis.tli import tli_figure
 from analysis.weight_traffic import figure as weight_traffic_figure
-from core.cost_curve import GPU_COST_MODEL
+from core.trees.cost_curve import GPU_COST_MODEL
 from demo.common import RESULTS, AppContext
 from demo.render import message_figure
 

@@ -26,6 +26,7 @@ from core.client_server.client import OFFLINE_MIN_CONFIDENCE, offline_confidence
 from core.client_server.figures import METHOD_NAMES, timeline_figure, tokens_figure
 from core.client_server.network import PRESETS, NetworkModel, preset
 from core.client_server.sim import CostModel, simulate
+from core.methods import METHODS, methods_where
 from demo.common import RESULTS, ROOT, AppContext, friendly, progress_reporter
 from demo.lessons import decoder
 from demo.render import first_difference, message_figure, token_pieces
@@ -59,8 +60,10 @@ DEFAULTS = {"prompt": DEFAULT_PROMPT, "preset": "4g", "drop_start": 1.0, "drop_l
 EXAMPLE_PATH = RESULTS / "client_server_example.json"
 EXAMPLE_FORMAT = "speclens-client-server-example/1"
 RECORD_COMMAND = "python scripts/record_client_server.py"
-METHOD_CHOICES = [("All three", "all"), ("Plain decoding over an API (ar)", "ar"), ("EAGLE-2 (eagle2)", "eagle2"),
-                  ("Mixture of Attentions (moa)", "moa")]
+SERVED = methods_where(client_server=True)  # plain decoding over an API, EAGLE-2, MoA (core.methods' table)
+OFFLINE_METHOD = methods_where(client_server="offline")[0]  # MoA: it keeps writing while the link is down
+METHOD_CHOICES = [("All three", "all")] + [
+    (f"{METHODS[m].label}{' over an API' if METHODS[m].client_server == 'api' else ''} ({m})", m) for m in SERVED]
 STATUS_STYLE = {
     "verified": ("#d3f9d8", "verified by the server as it arrived"),
     "confirmed": ("#ffe8a1", "written offline (provisional), later confirmed by the server"),
@@ -240,7 +243,7 @@ def run_methods(runtime: Runtime, prompt: str, preset_name: str, start: float, l
         cutoff = offline_confidence_for(min_confidence)
     except ValueError as err:
         raise UserError(str(err)) from None
-    methods = ["ar", "eagle2", "moa"] if which == "all" else [which]
+    methods = list(SERVED) if which == "all" else [which]
     for m in methods:
         rt.check_method(m)
     rt.load(progress)
@@ -348,7 +351,9 @@ def build(ctx: AppContext) -> None:
         return timeline_figure(run) if run else message_figure(NO_RUN)
 
     def focus_of(runs: list[dict]) -> str | None:
-        return "moa" if any(r["method"] == "moa" for r in runs) else (runs[-1]["method"] if runs else None)
+        if any(r["method"] == OFFLINE_METHOD for r in runs):
+            return OFFLINE_METHOD
+        return runs[-1]["method"] if runs else None
 
     gr.Markdown(EXPLANATION)
     with gr.Row():
@@ -409,9 +414,9 @@ def build(ctx: AppContext) -> None:
         if view is None:
             raise UserError("Press Run first.")
         st = {**DEFAULTS, **view.get("settings", {}), "min_confidence": cut}
-        moa = run_methods(runtime, st["prompt"], st["preset"], st["drop_start"], st["drop_length"], "moa",
+        moa = run_methods(runtime, st["prompt"], st["preset"], st["drop_start"], st["drop_length"], OFFLINE_METHOD,
                           st["max_new_tokens"], progress_reporter(progress), cut)
-        runs = [r for r in view["runs"] if r["method"] != "moa"] + moa
+        runs = [r for r in view["runs"] if r["method"] != OFFLINE_METHOD] + moa
         new = {"settings": st, "runs": runs}
         session = dict(session or {})
         session["client_server"] = new

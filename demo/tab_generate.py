@@ -7,8 +7,9 @@ import time
 
 import gradio as gr
 
-from core.cost_curve import GPU_COST_MODEL, gpu_curve
 from core.drafters.static_tree import auto_tree_choice
+from core.methods import METHODS, parse_method, takes_tli, with_tli
+from core.trees.cost_curve import GPU_COST_MODEL, gpu_curve
 from demo.common import AppContext, friendly, last_runs, progress_reporter, run_decoder, write_json_download
 from demo.render import (
     compare_html,
@@ -65,6 +66,13 @@ small CPU the pass grows with the tree, so the best tree is small; on a GPU it i
 """
 MAX_MESSAGE_CHARS = 6000
 STREAM_EVERY_S = 0.08  # at most ~12 UI updates a second while streaming
+DEFAULT_METHOD = "moa"  # the picker opens on MoA, the project's subject (the fallback when it is missing below)
+FALLBACK_METHOD = "pld"  # also compare mode's method A: no drafter to load
+
+
+def shows_tli(method: str) -> bool:
+    """Whether the TLI picker applies to a menu entry: a method that takes TLI N, without a lookup branch."""
+    return method in METHODS and METHODS[method].tli
 
 
 def chat_view(conversation: list[dict], partial: str | None = None) -> list[dict]:
@@ -75,9 +83,14 @@ def chat_view(conversation: list[dict], partial: str | None = None) -> list[dict
     return msgs
 
 
-def note_html(runtime: Runtime, method: str, tli: int | None, note: str | None = None) -> str:
+def method_name(runtime: Runtime, method: str, tli) -> str:
+    """The one name the picker and the TLI radio make ('moa' and N=3 -> 'moa-tli3'), composed by core.methods."""
+    return runtime.method_name(method, int(tli) if shows_tli(method) and tli is not None else None)
+
+
+def note_html(runtime: Runtime, name: str, note: str | None = None) -> str:
     """The drafter note shown next to the method picker (untrained drafters say so plainly)."""
-    text = note if note is not None else runtime.note_for(method, tli)
+    text = note if note is not None else runtime.note_for(name)
     if not text:
         return ""
     if text.startswith(UNTRAINED_NOTE):
@@ -85,16 +98,18 @@ def note_html(runtime: Runtime, method: str, tli: int | None, note: str | None =
     return f'<div class="stat-note">{html.escape(text)}</div>'
 
 
-def choice_figure(curve: dict | None, method: str, tli: int | None, calibrated: dict | None = None):
-    """The expected speedup of every tree shape for `method` on this machine and under the GPU cost model;
-    with `calibrated` (the running drafter's choice after measured cycles), that belief and the first guess."""
+def choice_figure(curve: dict | None, name: str, tli: int | None = None, calibrated: dict | None = None):
+    """The expected speedup of every tree shape for the method `name` on this machine and under the GPU cost
+    model; with `calibrated` (the running drafter's choice after measured cycles), that belief and the first guess.
+    tli: MoA's N for a name given without it (core.methods composes 'moa', 3 -> 'moa-tli3')."""
+    if tli and takes_tli(name):
+        name = with_tli(name, int(tli))
     if not curve:
         return message_figure("The cost curve is measured once the target has loaded.")
-    if method in ("ar", "pld"):
-        return message_figure(f"{method} drafts no tree: pick a drafter to see which tree pays here.")
-    label = f"moa-tli{int(tli)}" if method == "moa" and tli else method
-    first = auto_tree_choice(label, curve)
-    return tree_choice_figure(calibrated or first, auto_tree_choice(label, gpu_curve(curve)),
+    if not parse_method(name).method.trained:
+        return message_figure(f"{name} drafts no tree: pick a drafter to see which tree pays here.")
+    first = auto_tree_choice(name, curve)
+    return tree_choice_figure(calibrated or first, auto_tree_choice(name, gpu_curve(curve)),
                               first=first if calibrated else None)
 
 
@@ -157,7 +172,7 @@ def build(ctx: AppContext) -> None:
     runtime = ctx.runtime
     methods = runtime.methods()
     values = [m for _, m in methods]
-    default = "moa" if "moa" in values else "pld"
+    default = DEFAULT_METHOD if DEFAULT_METHOD in values else FALLBACK_METHOD
     first = (ctx.session.value or {}).get("runs") or []
     example = first[0] if first and first[0].get("example") else None
     ex_decode = run_decoder(example, runtime) if example else None
@@ -186,11 +201,11 @@ def build(ctx: AppContext) -> None:
         with gr.Column(scale=2):
             method = gr.Dropdown(methods, value=default, label="Method", elem_id="method-picker")
             tli = gr.Radio(list(TLI_CHOICES), value=1, label="MoA: target layers the drafter runs (TLI N)",
-                           visible=default == "moa", elem_id="tli-picker")
+                           visible=shows_tli(default), elem_id="tli-picker")
             temperature = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature (0 = greedy)")
             max_new = gr.Slider(1, runtime.max_new_tokens, value=96, step=1, label="Max new tokens",
                                 elem_id="max-new")
-            note = gr.HTML(note_html(runtime, default, 1), elem_id="drafter-note")
+            note = gr.HTML(note_html(runtime, method_name(runtime, default, 1)), elem_id="drafter-note")
             stats = gr.HTML(stats_html(example["stats"]) if example else stats_html(generation_stats([], 0.0)),
                             elem_id="live-stats")
             with gr.Row():
@@ -202,7 +217,7 @@ def build(ctx: AppContext) -> None:
                            visible=ex_lsa is not None)
     with gr.Accordion("Compare mode: plain decoding vs two methods on the same prompt", open=False):
         with gr.Row():
-            cmp_a = gr.Dropdown(methods, value="pld", label="Method A")
+            cmp_a = gr.Dropdown(methods, value=FALLBACK_METHOD, label="Method A")
             cmp_b = gr.Dropdown(methods, value=default, label="Method B")
             exact = gr.Checkbox(False, label="exact (float32): texts must then be identical", elem_id="cmp-exact")
             cmp_btn = gr.Button("Compare", variant="primary", elem_id="compare-btn")
@@ -215,39 +230,38 @@ def build(ctx: AppContext) -> None:
                               elem_id="tree-choice-plot")
 
     def on_method(m, n):
-        return gr.update(visible=m == "moa"), note_html(runtime, m, n if m == "moa" else None)
+        return {tli: gr.update(visible=shows_tli(m)), note: note_html(runtime, method_name(runtime, m, n))}
 
     method.change(on_method, [method, tli], [tli, note], queue=False, api_visibility="private")
     tli.change(on_method, [method, tli], [tli, note], queue=False, api_visibility="private")
 
-    def run_figures(run):
+    def run_figures(run) -> dict:
         tree, lsa = example_figures(run, run_decoder(run, runtime))
-        return tree, gr.update(value=lsa, visible=lsa is not None)
+        return {tree_plot: tree, lsa_plot: gr.update(value=lsa, visible=lsa is not None)}
 
+    # The handlers return {component: update}: Gradio leaves the outputs they do not name unchanged.
     @friendly
     def on_send(message, m, n, temp, max_tokens, session, progress=gr.Progress()):
         message = check_message(message)
-        runtime.check_method(m)
+        name = method_name(runtime, m, n)
         max_tokens = runtime.check_max_new_tokens(max_tokens)
         runtime.load(progress_reporter(progress))
         conversation = list(session["conversation"]) + [{"role": "user", "content": message}]
         ids = runtime.prompt_ids(conversation)
         plain_tps, source = plain_speed(session, runtime)
-        n = int(n) if m == "moa" else None
-        yield (chat_view(conversation, ""), "", tokens_html([], [], empty="waiting for the first token…"),
-               stats_html(generation_stats([], 0.0), running=True), gr.update(), gr.update(), "", gr.update(),
-               gr.update(), session)
+        yield {chatbot: chat_view(conversation, ""), msg: "",
+               tokens: tokens_html([], [], empty="waiting for the first token…"),
+               stats: stats_html(generation_stats([], 0.0), running=True), ex_note: "", ctx.session: session}
         last, run = 0.0, None
         try:
-            for run in runtime.stream(m, ids, max_tokens, float(temp), n, plain_tps):
+            for run in runtime.stream(name, ids, max_tokens, float(temp), plain_tps=plain_tps):
                 if run["done"] or time.perf_counter() - last > STREAM_EVERY_S:
                     last = time.perf_counter()
                     partial = "".join(run["pieces"])
                     session["runs"] = [run]
-                    yield (chat_view(conversation, partial), gr.update(), tokens_html(run["tokens"], run["pieces"]),
-                           stats_html(run["stats"], source, running=not run["done"]),
-                           note_html(runtime, m, n, run["note"]), gr.update(), gr.update(), gr.update(),
-                           gr.update(), session)
+                    yield {chatbot: chat_view(conversation, partial), tokens: tokens_html(run["tokens"], run["pieces"]),
+                           stats: stats_html(run["stats"], source, running=not run["done"]),
+                           note: note_html(runtime, name, run["note"]), ctx.session: session}
         finally:  # also runs when the user presses Stop: keep what was written so far
             if run is not None:
                 text = run["text"] if run["done"] else "".join(run["pieces"])
@@ -255,12 +269,11 @@ def build(ctx: AppContext) -> None:
                 if not run["done"]:
                     run["stop_reason"] = "stopped"
                     run["text"] = text
-        if m == "ar" and run["stats"]["new_tokens"] >= 8:
+        if name == "ar" and run["stats"]["new_tokens"] >= 8:
             session["plain_tps"] = run["stats"]["tokens_per_s"]
         path = write_json_download(trace_for_download(run), f"speclens-trace-{m}")
-        tree, lsa = run_figures(run)
-        yield (chat_view(session["conversation"]), gr.update(), gr.update(), gr.update(), gr.update(),
-               gr.update(value=path), gr.update(), tree, lsa, session)
+        yield {chatbot: chat_view(session["conversation"]), download: gr.update(value=path), **run_figures(run),
+               ctx.session: session}
 
     gen_outputs = [chatbot, msg, tokens, stats, note, download, ex_note, tree_plot, lsa_plot, ctx.session]
     send_event = send.click(
@@ -278,8 +291,7 @@ def build(ctx: AppContext) -> None:
     @friendly
     def on_compare(message, a, b, n, temp, max_tokens, exact_f32, session, progress=gr.Progress()):
         message = check_message(message)
-        for m in (a, b):
-            runtime.check_method(m)
+        names = ["ar", method_name(runtime, a, n), method_name(runtime, b, n)]
         max_tokens = runtime.check_max_new_tokens(max_tokens)
         rt = runtime.for_dtype("float32") if exact_f32 else runtime
         rt.load(progress_reporter(progress))
@@ -288,27 +300,26 @@ def build(ctx: AppContext) -> None:
         runs: list[dict] = []
         columns: list[dict] = []
         plain = None
-        for m in ("ar", a, b):
-            mn = int(n) if m == "moa" else None
+        for name in names:
             last = 0.0
-            for run in rt.stream(m, ids, max_tokens, float(temp), mn,
-                                 plain["stats"]["tokens_per_s"] if plain else None):
+            for run in rt.stream(name, ids, max_tokens, float(temp),
+                                 plain_tps=plain["stats"]["tokens_per_s"] if plain else None):
                 if run["done"] or time.perf_counter() - last > STREAM_EVERY_S:
                     last = time.perf_counter()
                     cols = columns + [run_column(run, plain)]
-                    yield compare_html(cols), gr.update(), session
+                    yield {cmp_out: compare_html(cols), ctx.session: session}
             if plain is None:
                 plain = run
                 if not exact_f32:
                     session["plain_tps"] = run["stats"]["tokens_per_s"]
             runs.append(run)
-            columns.append(run_column(run, plain if m != "ar" or len(runs) > 1 else None, rt.decode))
+            columns.append(run_column(run, plain if len(runs) > 1 else None, rt.decode))
         columns[0]["note"] = (f"reference: plain decoding (one target pass per token), "
                               f"{plain.get('dtype', '')}")
         columns[0]["ok"] = True
         session["runs"] = runs
         path = write_json_download([trace_for_download(r) for r in runs], "speclens-compare")
-        yield compare_html(columns), gr.update(value=path), session
+        yield {cmp_out: compare_html(columns), download: gr.update(value=path), ctx.session: session}
 
     cmp_event = cmp_btn.click(on_compare, [msg, cmp_a, cmp_b, tli, temperature, max_new, exact, ctx.session],
                               [cmp_out, download, ctx.session], api_visibility="private")
@@ -319,13 +330,15 @@ def build(ctx: AppContext) -> None:
         runs = [r for r in last_runs(session) if not r.get("example")]
         size = runs[-1]["stats"].get("mean_drafted") if runs else None
         curve = runtime.measure_cost_curve() if runtime.loaded else runtime.cost_curve
-        return cost_curve_figure(curve, size), choice_figure(curve, m, n, runtime.calibrated_choice(m, n))
+        name = method_name(runtime, m, n)
+        return cost_curve_figure(curve, size), choice_figure(curve, name, calibrated=runtime.calibrated_choice(name))
 
     curve_box.expand(friendly(on_curve), [ctx.session, method, tli], [curve_plot, choice_plot],
                      api_visibility="private")
 
     def on_method_choice(m, n):  # an open panel follows the method picker (nothing is measured here)
-        return choice_figure(runtime.cost_curve, m, n, runtime.calibrated_choice(m, n))
+        name = method_name(runtime, m, n)
+        return choice_figure(runtime.cost_curve, name, calibrated=runtime.calibrated_choice(name))
 
     for picker in (method, tli):
         picker.change(friendly(on_method_choice), [method, tli], [choice_plot], api_visibility="private")

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analysis.traces import read_traces  # noqa: E402  (after the path insert, like the other scripts)
+from core.methods import shipped_folder, shipped_names  # noqa: E402
 
 
 def load_traces(folder: Path, method: str) -> dict[tuple, dict]:
@@ -41,7 +42,7 @@ def compare(method: str, folder: Path, limit: int | None = None) -> dict:
     from core.training.data import target_batch
 
     target = make_target("smollm2", "bfloat16")
-    drafter, _ = make_drafter("moa", target, str(ROOT / "assets" / "drafters" / method), {})
+    drafter, _ = make_drafter(method, target, str(shipped_folder(method)), {})
     questions = {q["question_id"]: q for q in load_questions(ROOT / "assets" / "prompts" / "speclens_eval.jsonl")}
     plain, drafted = load_traces(folder, "ar"), load_traces(folder, method)
     keys = [k for k, t in drafted.items() if k[1] == 0 and k in plain and t["token_ids"] == plain[k]["token_ids"]]
@@ -84,7 +85,7 @@ def compare(method: str, folder: Path, limit: int | None = None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/check_moa_roots.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("method", nargs="?", default="moa", choices=["moa", "moa-tli1", "moa-tli3"])
+    p.add_argument("method", nargs="?", default=shipped_names(tli=True)[0], choices=shipped_names(tli=True))
     p.add_argument("--results", default=str(ROOT / "assets" / "results"), help="a benchmark folder with traces/")
     args = p.parse_args(argv)
     folder = Path(args.results)

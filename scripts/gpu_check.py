@@ -31,8 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-METHODS = ["ar", "pld", "eagle2", "moa", "moa-tli1", "moa-tli3", "medusa", "amphista", "eagle2+lookup",
-           "moa+lookup", "medusa+lookup", "amphista+lookup"]
+from core.methods import BASELINE, lookup_names, shipped_names  # noqa: E402  (after the path insert)
+
+METHODS = [*shipped_names(), *lookup_names()]  # every shipped method, and each trained one with a lookup branch
 QUESTIONS = ROOT / "assets" / "prompts" / "speclens_eval.jsonl"
 TRAIN_DATA = ROOT / "assets" / "distill_v5" / "distill.npz"
 
@@ -65,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             check_method(label)
         except (ValueError, KeyError) as err:
             p.error(f"--methods {label}: {err}")
-    args.methods = ["ar"] + [m for m in dict.fromkeys(methods) if m != "ar"]
+    args.methods = [BASELINE] + [m for m in dict.fromkeys(methods) if m != BASELINE]
     return args
 
 
@@ -88,7 +89,7 @@ def lossless(n_tokens: int, methods: list[str] | None = None, device: str = "cud
     results: dict[str, dict] = {}
     for prompt in texts:
         ids = target.chat_ids(prompt)
-        plain = generate(target, build_drafter("ar", target), ids, n_tokens).token_ids
+        plain = generate(target, build_drafter(BASELINE, target), ids, n_tokens).token_ids
         for method in methods[1:]:
             got = generate(target, build_drafter(method, target), ids, n_tokens)
             same = got.token_ids == plain

@@ -3,6 +3,10 @@
 # Each arm continues the shipped `moa` for STEPS steps on the same batches (same seed), then `scratch` trains the
 # whole reference recipe from random weights for SCRATCH_MIN minutes. Resumable: rerun the same line.
 #   bash scripts/moa_reference_ab.sh [arm ...]      arms: unchanged own-row mem-norm staircase all scratch
+#                                                   memory-read memory-read-alone
+# memory-read (our objective, not the reference's): + MoAConfig.memory_loss, a linear readout of each LSA memory row
+# must recover the target's final feature; memory-read-alone also drops the final-feature shortcut, so CA is the only
+# way the verified state reaches the prediction.
 # Probe each result with: python -m analysis.moa_channels --probe --drafter runs/moa-ab/<arm>/final
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
@@ -31,5 +35,11 @@ for a in "${@:-unchanged own-row all scratch}"; do for name in $a; do case $name
   # (LSA's MLP at twice its width: the reference's is 1.5x, layer_self_attention_intermediate_size 3072 on 2048)
   scratch)   arm scratch --steps auto --time-budget-min "$SCRATCH_MIN" --lr 1e-3 --warmup 100 --seed 47 \
                --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper ce_weight=1.0 --hyper lsa_mlp_ratio=2 ;;
-  *) echo "unknown arm $name (unchanged own-row mem-norm staircase all scratch)" >&2; exit 2 ;;
+  # (the readout and the LSA at 10x the rate: at 1e-4 the shipped LSA barely moved in 100 steps)
+  memory-read) arm memory-read "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_loss=1 \
+               --new-param-lr-mult 10 --param-lr-mult lsa.=10 ;;
+  memory-read-alone) arm memory-read-alone "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_loss=1 \
+               --hyper final_feature=false --new-param-lr-mult 10 --param-lr-mult lsa.=10 ;;
+  *) echo "unknown arm $name (unchanged own-row mem-norm staircase all scratch memory-read memory-read-alone)" >&2
+     exit 2 ;;
 esac; done; done

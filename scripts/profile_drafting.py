@@ -39,7 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_METHODS = "ar,pld,eagle2,moa,moa-tli1,moa-tli3,medusa,amphista"
+from core.methods import shipped_names  # noqa: E402  (after the path insert)
+
+DEFAULT_METHODS = ",".join(shipped_names())  # every shipped method (moa-tliN as found under assets/drafters)
 QUESTIONS = ROOT / "assets" / "prompts" / "speclens_eval.jsonl"
 
 
@@ -125,14 +127,14 @@ def main(argv: list[str] | None = None) -> int:
         return checks.report(err)
     import torch
 
-    from core import cost_curve
     from core.decoding import generate
+    from core.trees import cost_curve
 
     target = checks.target_for_script(args.dtype, args.device, args.threads)
     built = {}
     for m in methods:
         base = parse_method(m).base
-        if not (shapes and METHODS[base].trained and base not in cost_curve.STATIC_TREE_METHODS):  # dynamic trees
+        if not (shapes and METHODS[base].tree == "dynamic"):  # --trees shapes apply to dynamic trees only
             built[m] = build_drafter(m, target)
             continue
         for shape in shapes:  # one drafter per shape: each keeps its own auto choice and calibration
@@ -196,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         speedup = f" {r['tokens_per_s'] / ar['tokens_per_s']:7.3f}x" if ar and ar["tokens_per_s"] else ""
         print(f"{r['method']:18s} {r['tree'] + ('*' if r['tree_auto'] else ''):9s} {r['tau']:5.2f} "
               f"{r['draft_ms']:9.2f} {r['verify_ms']:10.2f} {share:>13s} {r['tokens_per_s']:7.2f}{speedup}")
-    print("(* = auto tree, sized for this machine by core.cost_curve.choose_tree)")
+    print("(* = auto tree, sized for this machine by core.trees.choice.choose_tree)")
     if args.weights:
         from analysis.weight_traffic import measure
 

@@ -10,7 +10,7 @@ Prints, for passes of 1 / 8 / 32 / 64 new tokens over a 200-token KV cache, the 
   only where the packed kernel was chosen;
 * `modules`: the same pass through the HF modules layer by layer (core.layers.decoder_layer, the old path);
 
-all alternating so that drift hits each; then the bare-matmul floor (core.cost_curve.matmul_floor_ms,
+all alternating so that drift hits each; then the bare-matmul floor (core.trees.cost_curve.matmul_floor_ms,
 not cached here) and plain greedy decoding of --tokens tokens with our loop (and, where packed, our loop on
 F.linear) against `hf_model.generate(do_sample=False)` on the same prompt, alternating, tokens/s each. Timing only means
 something on a machine nobody else is using.
@@ -50,10 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         return checks.report(err)
     import torch
 
-    from core import cost_curve
     from core.decoding import generate
     from core.drafters.base import Autoregressive
     from core.layers import decoder_layer
+    from core.trees import cost_curve
 
     target = checks.target_for_script(args.dtype, args.device, args.threads)
     dev = target.device

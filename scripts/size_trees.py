@@ -1,5 +1,5 @@
 """Measure this machine's cost curve and floor once (cached in runs/cost_curve.json) and print the `auto` tree
-every method gets here (core.cost_curve.choose_tree), so that neither the app's first request nor a
+every method gets here (core.trees.choice.choose_tree), so that neither the app's first request nor a
 benchmark has to measure.
 
     python scripts/size_trees.py [--dtype bfloat16] [--threads 2] [--refresh]
@@ -16,7 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-METHODS = ("eagle2", "moa", "moa-tli1", "moa-tli3", "medusa", "amphista")
+from core.methods import shipped_names  # noqa: E402  (after the path insert)
+
+METHODS = tuple(shipped_names(trained=True))  # every shipped drafter (moa-tliN as found under assets/drafters)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         return checks.report(err)
 
-    from core import cost_curve
     from core.drafters.static_tree import auto_tree_choice
+    from core.trees import cost_curve
 
     target = checks.target_for_script(args.dtype, args.device, args.threads)
     curve = cost_curve.measure_cost_curve(target, refresh=args.refresh)

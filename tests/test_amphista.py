@@ -9,7 +9,7 @@ from core.decoding import generate
 from core.drafters.amphista import AmphistaDrafter
 from core.drafters.base import Autoregressive, Drafter, Verified
 from core.kv_cache import KVCache
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 from tests.helpers import assert_greedy_lossless
 from tests.test_medusa import (
     check_draft_top,

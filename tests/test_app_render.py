@@ -490,8 +490,12 @@ def test_generate_tab_helpers(tiny_runtime):
         tab_generate.check_message("   ")
     with pytest.raises(UserError, match="limit"):
         tab_generate.check_message("x" * (tab_generate.MAX_MESSAGE_CHARS + 1))
-    assert "untrained drafter: tau near 1" in tab_generate.note_html(tiny_runtime, "moa", 1)
-    assert tab_generate.note_html(tiny_runtime, "ar", None) == ""
+    name = tab_generate.method_name(tiny_runtime, "moa", 1)  # the picker and the TLI radio make one name
+    assert name == "moa-tli1" and tab_generate.method_name(tiny_runtime, "eagle2+lookup", 3) == "eagle2+lookup"
+    assert "untrained drafter: tau near 1" in tab_generate.note_html(tiny_runtime, name)
+    assert tab_generate.note_html(tiny_runtime, "ar") == ""
+    with pytest.raises(UserError, match="Unknown method"):
+        tab_generate.method_name(tiny_runtime, "moa", 2)  # no shipped moa-tli2
     plain, spec = hand_run(method="ar"), hand_run()
     col = tab_generate.run_column(spec, plain)
     assert col["ok"] and "identical" in col["note"] and "tok-draft d2" in col["html"]
@@ -517,7 +521,8 @@ def test_runtime_streams_runs_and_checks_limits(tiny_runtime):
     assert {"text", "token_ids", "mean_accepted", "tokens_per_s"} <= set(summary)
     json.dumps(trace_for_download(run))
     moa = tiny_runtime.generate("moa", ids, 6, tli=1)
-    assert moa["note"].startswith(UNTRAINED_NOTE) and moa["tli"] == 1
+    assert moa["note"].startswith(UNTRAINED_NOTE) and moa["tli"] == 1 and moa["method"] == "moa-tli1"
+    assert moa["label"].endswith(", N=1") and tiny_runtime.generate("moa-tli1", ids, 6)["tli"] == 1  # one name
     assert any("lsa_attention" in (e.get("extras") or {}) for e in moa["events"])
     from demo.runtime import LOOKUP_NOTE
 
@@ -580,6 +585,40 @@ def test_app_builds_every_tab(tiny_runtime):
         assert mod.TITLE and callable(mod.build)
         if mod.__name__ != "demo.tab_client_server":
             assert len(getattr(mod, "EXPLANATION", "")) > 200  # every tab explains itself
+
+
+def test_generate_tab_handlers_name_their_updates(tiny_runtime):
+    """The Generate tab's handlers return {component: update} (Gradio leaves the rest as it is), run through
+    Gradio's own processing: one method name (MoA with the TLI radio's N), the session and the download."""
+    import asyncio
+
+    from gradio.state_holder import SessionState
+
+    import app
+    from demo.common import new_session
+
+    demo = app.build_app(tiny_runtime)
+    fns = {getattr(fn.fn, "__name__", None): fn for fn in demo.fns.values() if fn.fn is not None}
+
+    async def run(name: str, inputs: list) -> tuple[SessionState, list[list]]:
+        state, outs, it = SessionState(demo), [], None
+        while True:
+            out = await demo.process_api(block_fn=fns[name], inputs=inputs, state=state, iterator=it, request=None)
+            outs.append(out["data"])
+            it = out.get("iterator")
+            if it is None or not out.get("is_generating"):
+                return state, outs
+
+    state, outs = asyncio.run(run("on_send", ["hello there", "moa", 1, 0.0, 8, new_session()]))
+    ids = [o.elem_id for o in fns["on_send"].outputs]
+    first, last = dict(zip(ids, outs[0])), dict(zip(ids, outs[-2]))  # the last data is the end of iteration
+    assert first["prompt-box"] == "" and "waiting for the first token" in first["token-stream"]
+    assert "untrained" in outs[1][ids.index("drafter-note")]
+    assert last["download-trace"]["value"]["path"].endswith(".json") and last["gen-lsa"]["visible"]
+    session = state[fns["on_send"].outputs[-1]._id]
+    assert session["runs"][0]["method"] == "moa-tli1" and session["conversation"][-1]["role"] == "assistant"
+    _, outs = asyncio.run(run("on_method", ["eagle2", 1]))
+    assert outs[0][0]["visible"] is False and "untrained" in outs[0][1]
 
 
 def test_the_page_opens_on_the_shipped_example(tiny_runtime):

@@ -7,13 +7,13 @@ import json
 import pytest
 import torch
 
-from analysis import bench, failures
+from analysis import bench, bench_drafters, failures
 from analysis.report import readme_table
 from analysis.traces import read_traces
 from core.drafters.base import Autoregressive, Drafter
 from core.drafters.pld import PromptLookupDrafter
 from core.target import tiny_target
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 
 QUESTIONS = [
     {"question_id": 1, "category": "writing", "turns": ["abcabcabc", "again abc"]},
@@ -140,19 +140,19 @@ def test_question_loading(tmp_path):
 
 
 def test_drafter_specs(tmp_path):
-    assert bench.parse_label("moa-tli3") == ("moa", {"tli": 3})
-    assert bench.parse_label("eagle2") == ("eagle2", {})
-    specs = bench.parse_drafter_specs(["random", "moa=/x/moa"])
+    assert bench_drafters.parse_label("moa-tli3") == ("moa", {"tli": 3})
+    assert bench_drafters.parse_label("eagle2") == ("eagle2", {})
+    specs = bench_drafters.parse_drafter_specs(["random", "moa=/x/moa"])
     assert specs == {"*": "random", "moa": "/x/moa"}
-    assert bench.resolve_drafter("moa", specs, None) == "/x/moa"
-    assert bench.resolve_drafter("moa-tli1", specs, None) == "/x/moa"
-    assert bench.resolve_drafter("eagle2", specs, None) == "random"
-    assert bench.resolve_drafter("pld", specs, None) is None
+    assert bench_drafters.resolve_drafter("moa", specs, None) == "/x/moa"
+    assert bench_drafters.resolve_drafter("moa-tli1", specs, None) == "/x/moa"
+    assert bench_drafters.resolve_drafter("eagle2", specs, None) == "random"
+    assert bench_drafters.resolve_drafter("pld", specs, None) is None
     (tmp_path / "medusa").mkdir()
-    assert bench.resolve_drafter("medusa", {}, str(tmp_path)) == str(tmp_path / "medusa")
-    assert bench.resolve_drafter("amphista", {}, str(tmp_path)) is None
+    assert bench_drafters.resolve_drafter("medusa", {}, str(tmp_path)) == str(tmp_path / "medusa")
+    assert bench_drafters.resolve_drafter("amphista", {}, str(tmp_path)) is None
     with pytest.raises(ValueError):
-        bench.parse_drafter_specs(["moa="])
+        bench_drafters.parse_drafter_specs(["moa="])
 
 
 def test_readme_table_cli(run, capsys):
@@ -189,9 +189,9 @@ def test_fixed_trees_keep_the_checkpoint_tree():
     d = MoADrafter.random(target, seed=0)
     wrapped = LookupBranch(MoADrafter.random(target, seed=0))
     assert d.tree_auto and wrapped.inner.tree_auto
-    bench.fix_tree(d)
-    bench.fix_tree(wrapped)
-    bench.fix_tree(Autoregressive())  # no tree: nothing to do
+    bench_drafters.fix_tree(d)
+    bench_drafters.fix_tree(wrapped)
+    bench_drafters.fix_tree(Autoregressive())  # no tree: nothing to do
     assert not d.tree_auto and not wrapped.inner.tree_auto and d.tree_choice is None
 
 

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -61,13 +63,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
+@contextmanager
+def serve_app(folder: Path, **env_extra: str) -> Iterator[str]:
+    """`python app.py` in its own session on a free port -> its URL while the block runs; the server and all it
+    started are stopped afterwards. env_extra: SPECLENS_* settings on top of the browser tests' own."""
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("app") / "app.log"
+    log_path = folder / "app.log"
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
            "GRADIO_ANALYTICS_ENABLED": "False", "SPECLENS_DTYPE": "bfloat16", "SPECLENS_REFERENCE_TOKENS": "4",
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": str(ROOT), **env_extra}
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -97,6 +101,12 @@ def app_url(tmp_path_factory):
             except ProcessLookupError:
                 pass
         log.close()
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    with serve_app(tmp_path_factory.mktemp("app")) as url:
+        yield url
 
 
 def _browser_or_skip():

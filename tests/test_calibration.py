@@ -1,4 +1,4 @@
-"""`auto` trees calibrated from decoded cycles (core.cost_curve.CycleLedger, cost_curve.calibrate_dynamic_tree,
+"""`auto` trees calibrated from decoded cycles (core.trees.calibration: CycleLedger, calibrate_dynamic_tree,
 StaticTreeMixin.observe): measured against predicted tau, drafting and verify time move the tree."""
 
 from __future__ import annotations
@@ -7,8 +7,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from core import cost_curve as cc
 from core.drafters.static_tree import best_tree, static_tree_choice
+from core.trees.calibration import (
+    CALIBRATE_AFTER,
+    RATIO_RANGE,
+    CycleLedger,
+    calibrate_dynamic_tree,
+    calibration_enabled,
+    grid_row,
+    keep_or_move,
+)
+from core.trees.choice import choose_tree
 
 FLAT = {"sizes": [1, 8, 32, 64], "ms": [10.0, 10.0, 10.0, 10.0]}
 STEEP = {"sizes": [1, 8, 32, 64], "ms": [10.0, 14.0, 30.0, 60.0]}
@@ -21,8 +30,8 @@ def _row(**kw):
 
 
 def test_ledger_waits_for_enough_cycles_then_shrinks_its_ratios_towards_one():
-    ledger = cc.CycleLedger()
-    for _ in range(cc.CALIBRATE_AFTER - 1):
+    ledger = CycleLedger()
+    for _ in range(CALIBRATE_AFTER - 1):
         ledger.add(_row(), accepted=0, draft_ms=8.0, verify_ms=10.0)
     assert ledger.ratios() is None and not ledger.due()
     ledger.add(_row(), accepted=0, draft_ms=8.0, verify_ms=10.0)
@@ -31,37 +40,37 @@ def test_ledger_waits_for_enough_cycles_then_shrinks_its_ratios_towards_one():
     # 16 measured cycles against a prior of 16 model cycles: halfway between the measured ratio and 1
     assert got["draft"] == pytest.approx((2.0 + 1.0) / 2) and got["verify_ms"] == pytest.approx(0.0)
     assert got["tau"] == pytest.approx((0.0 + 1.0) / 2) and got["cycles"] == 16
-    offset = cc.CycleLedger()
-    for _ in range(cc.CALIBRATE_AFTER):  # each verify step 20 ms above the curve: an offset, shrunk halfway
+    offset = CycleLedger()
+    for _ in range(CALIBRATE_AFTER):  # each verify step 20 ms above the curve: an offset, shrunk halfway
         offset.add(_row(), accepted=1, draft_ms=4.0, verify_ms=30.0)
     assert offset.ratios()["verify_ms"] == pytest.approx(10.0) and offset.ratios()["tau"] == pytest.approx(1.0)
     for _ in range(1000):  # far more data: the measured ratio, clipped to the allowed range
         ledger.add(_row(), accepted=0, draft_ms=400.0, verify_ms=10.0)
-    assert ledger.ratios()["draft"] == cc.RATIO_RANGE[1]
+    assert ledger.ratios()["draft"] == RATIO_RANGE[1]
 
 
 def test_a_calibration_of_ones_changes_nothing_and_dear_drafting_makes_trees_shallower():
-    plain = cc.choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5)
-    ones = cc.choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5,
+    plain = choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5)
+    ones = choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5,
                           calibration={"tau": 1.0, "draft": 1.0, "verify_ms": 0.0})
     assert (ones["depth"], ones["total_tokens"]) == (plain["depth"], plain["total_tokens"])
     assert ones["expected_tokens_per_s"] == pytest.approx(plain["expected_tokens_per_s"], abs=1e-3)
-    row = cc.grid_row(plain, plain["depth"], plain["total_tokens"])
+    row = grid_row(plain, plain["depth"], plain["total_tokens"])
     assert row["tau"] == row["tau_model"] and row["ms"] == pytest.approx(row["pass_model"] + row["draft_model"])
-    dear = cc.choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5,
+    dear = choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5,
                           calibration={"tau": 1.0, "draft": 40.0, "verify_ms": 0.0})
     assert dear["depth"] < plain["depth"] and dear["calibration"]["draft"] == 40.0
-    worse = cc.choose_tree("x", curve=STEEP, acceptance=ACC,
+    worse = choose_tree("x", curve=STEEP, acceptance=ACC,
                            draft_ms_per_level=0.5, calibration={"tau": 0.3, "draft": 1.0, "verify_ms": 0.0})
     assert worse["total_tokens"] <= plain["total_tokens"] and worse["expected_tau"] < plain["expected_tau"]
 
 
 def test_keep_or_move_needs_a_clear_gain():
-    current = cc.choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5)
-    same = cc.keep_or_move(current, cc.choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5,
+    current = choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5)
+    same = keep_or_move(current, choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5,
                                                    calibration={"tau": 1.0, "draft": 1.01, "verify_ms": 0.0}))
     assert (same["depth"], same["total_tokens"]) == (current["depth"], current["total_tokens"])
-    moved = cc.keep_or_move(current, cc.choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5,
+    moved = keep_or_move(current, choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5,
                                                     calibration={"tau": 1.0, "draft": 40.0, "verify_ms": 0.0}))
     assert moved["depth"] < current["depth"]
 
@@ -72,17 +81,17 @@ def _cycle(nodes: int, accepted: int, draft_ms: float, verify_ms: float):
 
 
 def test_a_dynamic_tree_drafter_moves_to_a_shallower_tree_when_drafting_costs_more_than_predicted():
-    choice = cc.choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5)
+    choice = choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5)
     drafter = SimpleNamespace(tree_auto=True, tree_choice=choice, tree_acceptance_used=ACC,
-                              tree_ledger=cc.CycleLedger(),
+                              tree_ledger=CycleLedger(),
                               config=SimpleNamespace(depth=choice["depth"], total_tokens=choice["total_tokens"],
                                                      top_k=8))
-    row = cc.grid_row(choice, choice["depth"], choice["total_tokens"])
-    for _ in range(cc.CALIBRATE_AFTER - 1):  # tau as predicted, drafting 30x dearer
-        cc.calibrate_dynamic_tree(drafter, _cycle(choice["total_tokens"], round(row["tau_model"] - 1),
+    row = grid_row(choice, choice["depth"], choice["total_tokens"])
+    for _ in range(CALIBRATE_AFTER - 1):  # tau as predicted, drafting 30x dearer
+        calibrate_dynamic_tree(drafter, _cycle(choice["total_tokens"], round(row["tau_model"] - 1),
                                             30 * row["draft_model"], row["pass_model"]))
     assert drafter.config.depth == choice["depth"]  # not yet: too few cycles
-    cc.calibrate_dynamic_tree(drafter, _cycle(choice["total_tokens"], round(row["tau_model"] - 1),
+    calibrate_dynamic_tree(drafter, _cycle(choice["total_tokens"], round(row["tau_model"] - 1),
                                         30 * row["draft_model"], row["pass_model"]))
     assert drafter.config.depth < choice["depth"]
     assert drafter.tree_choice["calibration"]["draft"] > 5 and drafter.tree_ledger.since_choice == 0
@@ -90,8 +99,8 @@ def test_a_dynamic_tree_drafter_moves_to_a_shallower_tree_when_drafting_costs_mo
                                                                    drafter.tree_choice["total_tokens"])
     before = (drafter.config.depth, drafter.config.total_tokens)
     drafter.tree_auto = False  # a tree the user fixed is never moved
-    for _ in range(3 * cc.CALIBRATE_AFTER):
-        cc.calibrate_dynamic_tree(drafter, _cycle(drafter.config.total_tokens, 0, 1000.0, 1000.0))
+    for _ in range(3 * CALIBRATE_AFTER):
+        calibrate_dynamic_tree(drafter, _cycle(drafter.config.total_tokens, 0, 1000.0, 1000.0))
     assert (drafter.config.depth, drafter.config.total_tokens) == before
 
 
@@ -99,16 +108,16 @@ def test_no_calibration_on_the_tiny_target_or_when_switched_off(monkeypatch):
     from core.target import tiny_target
 
     target = tiny_target()
-    assert not cc.calibration_enabled(target)
+    assert not calibration_enabled(target)
     real = SimpleNamespace(source="smollm2")
     monkeypatch.delenv("SPECLENS_COST_MODEL", raising=False)
     monkeypatch.setenv("SPECLENS_CALIBRATE", "1")
-    assert cc.calibration_enabled(real)
+    assert calibration_enabled(real)
     monkeypatch.setenv("SPECLENS_CALIBRATE", "0")
-    assert not cc.calibration_enabled(real)
+    assert not calibration_enabled(real)
     monkeypatch.setenv("SPECLENS_CALIBRATE", "1")
     monkeypatch.setenv("SPECLENS_COST_MODEL", "fixed")
-    assert not cc.calibration_enabled(real)
+    assert not calibration_enabled(real)
 
 
 def test_a_static_tree_is_resized_from_measured_cycles():
@@ -121,13 +130,13 @@ def test_a_static_tree_is_resized_from_measured_cycles():
     drafter = MedusaDrafter.random(target, seed=0, num_heads=3)
     acc = [[0.6, 0.2, 0.1, 0.05], [0.4, 0.2, 0.1, 0.05], [0.3, 0.1, 0.05, 0.02]]
     choice = static_tree_choice("medusa", STEEP, acc, draft_ms=0.5)
-    drafter.tree_auto, drafter.tree_choice, drafter.tree_ledger = True, choice, cc.CycleLedger()
+    drafter.tree_auto, drafter.tree_choice, drafter.tree_ledger = True, choice, CycleLedger()
     drafter.config.tree_accuracy = acc
     drafter._set_paths(best_tree(acc, choice["total_tokens"], 3))
     n0 = len(drafter.tree_paths)
-    row = cc.grid_row(choice, None, n0)
-    for _ in range(10 * cc.CALIBRATE_AFTER):  # nothing accepted: the guesses are worth far less than predicted
-        row = cc.grid_row(drafter.tree_choice, None, len(drafter.tree_paths))
+    row = grid_row(choice, None, n0)
+    for _ in range(10 * CALIBRATE_AFTER):  # nothing accepted: the guesses are worth far less than predicted
+        row = grid_row(drafter.tree_choice, None, len(drafter.tree_paths))
         drafter.observe(_cycle(len(drafter.tree_paths), 0, row["draft_model"], row["pass_model"]))
     cal = drafter.tree_choice["calibration"]
     assert cal["verify_ms"] == pytest.approx(0.0) and cal["tau"] < 1
@@ -139,8 +148,8 @@ def test_a_static_tree_is_resized_from_measured_cycles():
 def test_the_app_figure_shows_the_calibrated_choice_and_the_first_guess():
     from demo.render import tree_choice_figure
 
-    first = cc.choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5)
-    now = cc.choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5,
+    first = choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5)
+    now = choose_tree("x", curve=FLAT, acceptance=ACC, draft_ms_per_level=0.5,
                          calibration={"tau": 0.8, "draft": 40.0, "verify_ms": 3.0, "cycles": 48})
     fig = tree_choice_figure(now, None, first)
     names = [t.name for t in fig.data]

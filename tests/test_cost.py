@@ -1,34 +1,37 @@
-"""Hardware-aware trees (core.cost_curve): the expected-tau model, the tree choice, `auto` in the drafters."""
+"""Hardware-aware trees (core.trees): the expected-tau model, the tree choice, `auto` in the drafters."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from core import cost_curve as cc
 from core.target import tiny_target
+from core.trees import cost_curve
+from core.trees.acceptance import card_acceptance, method_acceptance
+from core.trees.choice import choose_tree, conditional_rates, expected_tau
+from core.trees.cost_curve import curve_for, matmul_floor_ms, monotone
 
 FLAT = {"sizes": [1, 8, 32, 64], "ms": [10.0, 10.0, 10.0, 10.0]}  # a GPU: extra tokens cost nothing
 STEEP = {"sizes": [1, 8, 32, 64], "ms": [10.0, 14.0, 30.0, 60.0]}  # a small CPU
 
 
 def test_conditional_rates_and_expected_tau_by_hand():
-    assert cc.conditional_rates([0.8, 0.4, 0.5]) == pytest.approx([0.8, 0.5, 1.0])  # 0.5 > 0.4 clipped to 0.4
-    assert cc.conditional_rates([0.5, None, 0.2]) == [0.5]
+    assert conditional_rates([0.8, 0.4, 0.5]) == pytest.approx([0.8, 0.5, 1.0])  # 0.5 > 0.4 clipped to 0.4
+    assert conditional_rates([0.5, None, 0.2]) == [0.5]
     # chain (width = reference width): tau = 1 + 0.8 + 0.8 * 0.5
-    assert cc.expected_tau([0.8, 0.5], 2, 2, 2, 2) == pytest.approx(2.2)
+    assert expected_tau([0.8, 0.5], 2, 2, 2, 2) == pytest.approx(2.2)
     # twice the reference width: each level's miss rate is squared
-    assert cc.expected_tau([0.8, 0.5], 2, 4, 2, 2) == pytest.approx(1 + 0.96 + 0.96 * 0.75)
+    assert expected_tau([0.8, 0.5], 2, 4, 2, 2) == pytest.approx(1 + 0.96 + 0.96 * 0.75)
     # deeper than measured: the last rate repeats
-    assert cc.expected_tau([0.5], 3, 3, 1, 1) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
-    assert cc.expected_tau([], 3, 3, 1, 1) == 1.0
+    assert expected_tau([0.5], 3, 3, 1, 1) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert expected_tau([], 3, 3, 1, 1) == 1.0
 
 
 def test_trees_are_larger_where_a_wide_pass_is_cheap():
     acc = {"p": [0.7, 0.4, 0.2, 0.1], "ref_depth": 4, "ref_total": 16.0, "draft_ms": None, "verify_ms_1": None,
            "source": "hand"}
-    gpu = cc.choose_tree("x", curve=FLAT, acceptance=acc, draft_ms_per_level=0.5)
-    cpu = cc.choose_tree("x", curve=STEEP, acceptance=acc, draft_ms_per_level=0.5)
+    gpu = choose_tree("x", curve=FLAT, acceptance=acc, draft_ms_per_level=0.5)
+    cpu = choose_tree("x", curve=STEEP, acceptance=acc, draft_ms_per_level=0.5)
     assert gpu["total_tokens"] > cpu["total_tokens"]
     assert gpu["total_tokens"] <= gpu["depth"] * 8  # a level holds at most top_k nodes
     # the choice is the best point of its own grid, and its figures are that point's
@@ -36,12 +39,12 @@ def test_trees_are_larger_where_a_wide_pass_is_cheap():
     assert (cpu["depth"], cpu["total_tokens"]) == (best["depth"], best["total_tokens"])
     assert cpu["expected_tokens_per_s"] == pytest.approx(best["tokens_per_s"], abs=1e-3)
     # drafting that costs a lot per level makes the tree shallower
-    dear = cc.choose_tree("x", curve=FLAT, acceptance=acc, draft_ms_per_level=20.0)
+    dear = choose_tree("x", curve=FLAT, acceptance=acc, draft_ms_per_level=20.0)
     assert dear["depth"] < gpu["depth"]
-    none = cc.choose_tree("x", curve=FLAT, acceptance={"p": [], "ref_depth": 0, "ref_total": 0, "source": "-"})
+    none = choose_tree("x", curve=FLAT, acceptance={"p": [], "ref_depth": 0, "ref_total": 0, "source": "-"})
     assert none["depth"] is None  # nothing to go by
     with pytest.raises(ValueError):
-        cc.choose_tree("x")
+        choose_tree("x")
 
 
 def test_summary_and_card_acceptance(tmp_path):
@@ -49,20 +52,20 @@ def test_summary_and_card_acceptance(tmp_path):
     path.write_text('{"config": {"baseline": "ar"}, "methods": {"ar": {"overall": {"verify_ms_per_cycle": 30}}, '
                     '"m": {"overall": {"acceptance_by_position": [0.6, 0.3], "mean_tree_nodes": 20, '
                     '"draft_ms_per_cycle": 12}}}}')
-    got = cc.method_acceptance("m", path)
+    got = method_acceptance("m", path)
     assert got["p"] == [0.6, 0.3] and got["ref_depth"] == 2 and got["ref_total"] == 20.0
     assert got["draft_ms"] == 12 and got["verify_ms_1"] == 30
-    assert cc.method_acceptance("other", path) is None
-    card = cc.card_acceptance({"acc@1": 0.5, "acc@2": 0.4, "loss": 3.0})
+    assert method_acceptance("other", path) is None
+    card = card_acceptance({"acc@1": 0.5, "acc@2": 0.4, "loss": 3.0})
     assert card["p"] == pytest.approx([0.5, 0.2]) and card["ref_total"] == 2.0
-    assert cc.card_acceptance(None) is None
+    assert card_acceptance(None) is None
 
 
 def test_tiny_target_uses_the_fixed_model_and_is_never_timed(monkeypatch):
     target = tiny_target()
-    monkeypatch.setattr(cc, "_time_sizes", lambda *a, **k: pytest.fail("the tiny target must not be timed"))
-    assert cc.curve_for(target)["fixed"] is True
-    choice = cc.choose_tree("eagle2", target)
+    monkeypatch.setattr(cost_curve, "_time_sizes", lambda *a, **k: pytest.fail("the tiny target must not be timed"))
+    assert curve_for(target)["fixed"] is True
+    choice = choose_tree("eagle2", target)
     assert choice["curve"]["fixed"] and (choice["depth"] is None or choice["depth"] >= 1)
 
 
@@ -107,7 +110,7 @@ def test_static_tree_auto_resizes_from_measured_accuracies(tmp_path):
 def test_floor_is_measured_for_a_real_shape_without_caching_tiny(tmp_path):
     target = tiny_target()
     path = tmp_path / "c.json"
-    ms = cc.matmul_floor_ms(target, repeats=2, cache_path=path)
+    ms = matmul_floor_ms(target, repeats=2, cache_path=path)
     assert ms > 0 and not path.exists()  # the tiny target's floor is never cached
     assert torch.is_tensor(target.fused_layers()[0].qkv)
 
@@ -117,10 +120,10 @@ def test_choose_tree_covers_every_method_kind():
 
     medusa = static_tree_choice("medusa", STEEP)
     assert medusa["acceptance_source"].startswith("assets/drafters/medusa") and medusa["total_tokens"] >= 1
-    assert cc.choose_tree("medusa+lookup", curve=STEEP)["total_tokens"] is None  # static: not choose_tree's
+    assert choose_tree("medusa+lookup", curve=STEEP)["total_tokens"] is None  # static: not choose_tree's
     flat = static_tree_choice("medusa", FLAT)
     assert flat["total_tokens"] >= medusa["total_tokens"]  # nodes are free on a flat curve
-    assert cc.choose_tree("ar", curve=STEEP)["total_tokens"] is None
+    assert choose_tree("ar", curve=STEEP)["total_tokens"] is None
     given = static_tree_choice("x", STEEP, [[0.9, 0.05], [0.5, 0.1]], draft_ms=1.0)
     assert len(given["grid"]) == 7 and given["total_tokens"] == 2  # 2 + 2 x 2 possible nodes; 2 pay best
     best = max(given["grid"][1:], key=lambda r: r["tokens_per_s"])
@@ -129,11 +132,11 @@ def test_choose_tree_covers_every_method_kind():
 
 def test_a_spiky_curve_is_read_through_its_monotone_envelope():
     spiky = {"sizes": [1, 8, 32, 64], "ms": [90.0, 20.0, 30.0, 25.0]}
-    assert cc.monotone(spiky)["ms"] == [20.0, 20.0, 25.0, 25.0]
+    assert monotone(spiky)["ms"] == [20.0, 20.0, 25.0, 25.0]
     assert spiky["ms"] == [90.0, 20.0, 30.0, 25.0]  # the stored curve stays as measured
     acc = {"p": [0.7, 0.4], "ref_depth": 2, "ref_total": 8.0, "draft_ms": None, "verify_ms_1": None,
            "source": "hand"}
-    assert cc.choose_tree("x", curve=spiky, acceptance=acc)["cycle_ms"] >= 20.0
+    assert choose_tree("x", curve=spiky, acceptance=acc)["cycle_ms"] >= 20.0
 
 
 def test_acceptance_by_depth_comes_from_the_deeper_run_and_cost_from_the_latest(tmp_path):
@@ -148,14 +151,14 @@ def test_acceptance_by_depth_comes_from_the_deeper_run_and_cost_from_the_latest(
 
     latest = summary(tmp_path / "latest.json", [0.6], 6.0, 8)  # an auto run that drafted one level
     deep = summary(tmp_path / "deep.json", [0.55, 0.3, 0.1], 30.0, 24)  # fixed trees, older drafting code
-    acc = cc.method_acceptance("moa", results=latest, deep_results=deep)
+    acc = method_acceptance("moa", results=latest, deep_results=deep)
     assert acc["p"] == [0.55, 0.3, 0.1] and acc["ref_depth"] == 3 and acc["ref_total"] == 24.0
     assert acc["draft_ms"] == 6.0 and acc["draft_levels"] == 1 and "latest.json" in acc["source"]
     curve = {"sizes": [1, 64], "ms": [30.0, 30.0]}
-    assert cc.choose_tree("moa", curve=curve, acceptance=acc)["draft_ms_per_level"] == pytest.approx(6.0)
-    only_latest = cc.method_acceptance("moa", results=latest, deep_results=tmp_path / "missing.json")
+    assert choose_tree("moa", curve=curve, acceptance=acc)["draft_ms_per_level"] == pytest.approx(6.0)
+    only_latest = method_acceptance("moa", results=latest, deep_results=tmp_path / "missing.json")
     assert only_latest["p"] == [0.6] and only_latest["draft_ms"] == 6.0
-    assert cc.method_acceptance("eagle2", results=latest, deep_results=deep) is None
+    assert method_acceptance("eagle2", results=latest, deep_results=deep) is None
 
 
 def test_weight_traffic_counts_every_matrix_a_pass_reads():

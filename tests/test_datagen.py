@@ -8,18 +8,14 @@ import pytest
 import torch
 
 from core.target import tiny_target
-from core.training.datagen import (
+from core.training.datagen import drop_answered, generate_batch, prepare_items, run_generation
+from core.training.datagen_recipe import build_recipe, combine_runs
+from core.training.datagen_shards import (
     GenConfig,
-    build_recipe,
-    combine_runs,
-    drop_answered,
-    generate_batch,
     is_sampled,
     merge_shards,
     plan_shards,
-    prepare_items,
     read_shard,
-    run_generation,
     shard_path,
     split_of,
 )

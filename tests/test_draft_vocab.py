@@ -121,10 +121,12 @@ def test_drafting_uses_the_top_ranked_tokens_and_training_all_of_them(tiny, monk
 
 
 def test_the_committed_token_ranks_come_from_the_distillation_answers(tmp_path):
-    """assets/drafters/token_ranks.json is what `python -m core.drafters.draft_vocab` writes from the committed data."""
+    """assets/drafters/token_ranks.json is what `python -m core.training.draft_vocab_build` writes from the committed
+    data."""
     import json
 
-    from core.drafters.draft_vocab import RANKS_FILE, main
+    from core.drafters.draft_vocab import RANKS_FILE
+    from core.training.draft_vocab_build import main
 
     committed = json.loads(RANKS_FILE.read_text())
     out = tmp_path / "ranks.json"

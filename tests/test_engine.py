@@ -7,12 +7,12 @@ import itertools
 import pytest
 import torch
 
-from core.decoding import generate
+from core.decoding import generate, generate_stream, stop_rule
 from core.drafters.base import Autoregressive, Drafter
 from core.drafters.pld import PromptLookupDrafter
 from core.kv_cache import KVCache
 from core.target import tiny_target
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 from core.verify import SamplingConfig, target_probs, verify_tree
 from tests.helpers import ALPHA, assert_greedy_lossless, brute_force_tree_logits, sampling_p_value, tiny_prompts
 
@@ -260,6 +260,18 @@ def test_stops_at_the_context_limit(target):
     out = generate(target, NoisyOracleDrafter(noise=0.0), prompt, 100, stop_tokens=set())
     assert out.stop_reason == "context"
     assert len(prompt) + out.new_tokens == target.max_positions + 1  # the last token is never fed back
+
+
+def test_the_stream_says_why_it_stopped(target):
+    """One stop rule: only the last event carries a reason, and generate() reports that one."""
+    assert stop_rule([7, 1, 8], 0, 10, {1}, False) == ([7, 1], "eos")
+    assert stop_rule([7, 8, 9], 8, 10, {1}, True) == ([7, 8], "max_new_tokens")
+    assert stop_rule([7, 8], 0, 10, {1}, True) == ([7, 8], "context")
+    assert stop_rule([7, 8], 0, 10, {1}, False) == ([7, 8], None)
+    for n in (1, 6):
+        events = list(generate_stream(target, NoisyOracleDrafter(noise=0.2), [4, 5, 6], n, stop_tokens=set()))
+        assert [e.stop_reason for e in events[:-1]] == [None] * (len(events) - 1)
+        assert events[-1].stop_reason == "max_new_tokens"
 
 
 def test_plain_decoding_tau_is_one(target):

@@ -12,7 +12,7 @@ from core.decoding import generate
 from core.drafters.lookup_branch import LookupBranch, merge_chain
 from core.methods import build_drafter
 from core.target import Target, tiny_target
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 from tests.helpers import ALPHA, assert_greedy_lossless, sampling_p_value
 
 TRAINED = ("eagle2", "moa", "medusa", "amphista")

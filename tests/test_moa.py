@@ -481,7 +481,7 @@ def test_rebuilding_the_lsa_keeps_every_other_published_weight(tmp_path, tiny):
 
     old = MoADrafter.random(tiny, seed=5, lsa_full_width=False, lsa_dim=16, lsa_heads=2, ca_mlp=True)
     old.save_pretrained(tmp_path / "moa")
-    spec = resolve_spec("moa-h24", {"lsa_full_width": True, "ca_mlp": False, "staircase": "random"})
+    spec = resolve_spec("moa@h24", {"period_max": 24, "lsa_full_width": True, "ca_mlp": False, "staircase": "random"})
     new = init_from_published(spec, tiny, tmp_path, single=False)
     assert new.config.lsa_full_width and new.config.period_max == 24 and not new.config.ca_mlp
     old_state, new_state = old.state_dict(), new.state_dict()
@@ -780,3 +780,32 @@ def test_sharded_weights_load_like_a_single_file(tmp_path, tiny, monkeypatch):
     a = MoADrafter.from_pretrained(tmp_path / "one", tiny).state_dict()
     saved = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in d.state_dict().items()}
     assert all(torch.equal(a[k], v.to(a[k].dtype)) for k, v in saved.items())  # weights are stored in bfloat16
+
+
+def test_memory_loss_trains_a_readout_of_the_final_feature_that_inference_never_runs(tiny):
+    """memory_loss: a linear readout of each LSA memory row must recover the target's normed final feature; the
+    loss is ~1 - R^2 of that read on the batch, it reaches the LSA, and drafting never reads the readout."""
+    assert not hasattr(MoADrafter.random(tiny, seed=4, lsa_dim=16, lsa_heads=2), "memory_readout")
+    d = MoADrafter.random(tiny, seed=4, lsa_dim=16, lsa_heads=2, memory_loss=1.0)
+    tokens = tiny_prompts(VOCAB, n=1, length=24, seed=7)[0]
+    batch = batch_for(d, tiny, tokens, 2)
+    d.train()
+    d.config.staircase_until = 0.0
+    loss, metrics = d.training_loss(batch, 1.0)
+    assert metrics["loss_memory"] > 0.9  # a near-silent readout explains nothing yet
+    loss.backward()
+    assert d.memory_readout.weight.grad.abs().sum() > 0 and d.lsa.out.weight.grad.abs().sum() > 0
+    opt = torch.optim.Adam([*d.memory_readout.parameters(), *d.lsa.parameters()], lr=1e-2)
+    for _ in range(60):
+        opt.zero_grad()
+        kept: dict = {}
+        d.train_forward(batch, d.last_verified(batch), 1.0, keep=kept)
+        d.memory_read_loss(kept["memory"], batch).backward()
+        opt.step()
+    assert float(d.memory_read_loss(kept["memory"], batch).detach()) < 0.5 * metrics["loss_memory"]
+    d.eval()
+    with torch.no_grad():
+        d.memory_readout.weight.fill_(float("nan"))  # drafting that read it would turn NaN
+    assert_greedy_lossless(tiny, lambda: d, tiny_prompts(VOCAB, n=2, seed=8), 12)
+    with pytest.raises(ValueError, match="memory_loss"):
+        MoADrafter.random(tiny, seed=4, lsa_dim=16, lsa_heads=2, memory_loss=-1.0)

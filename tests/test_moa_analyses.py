@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from analysis import moa_ablation, moa_channels, offline
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 
 
 def test_pick_questions_cycles_through_categories(tmp_path):

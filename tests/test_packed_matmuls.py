@@ -9,7 +9,7 @@ from core.drafters.base import Drafter
 from core.kv_cache import KVCache
 from core.layers import append_layer_kv, linear, pack_linears, pack_weight, run_layer
 from core.target import tiny_target
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 from tests.helpers import assert_greedy_lossless
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")

@@ -62,7 +62,7 @@ def test_real_passages_are_training_answers_and_disjoint_from_eval():
     import numpy as np
     from transformers import AutoTokenizer
 
-    from core.target import smollm2_location
+    from core.target_files import smollm2_location
 
     folder, gguf = smollm2_location()
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
@@ -122,7 +122,7 @@ def test_real_novel_prompts_are_disjoint_from_eval(rate, seed):
     `make data-novel7` (rate 0.6, seed 7; a 1,600-prompt subset of these)."""
     from transformers import AutoTokenizer
 
-    from core.target import smollm2_location
+    from core.target_files import smollm2_location
     from core.training.passage_prompts import NOVEL_RATE
 
     folder, gguf = smollm2_location()

@@ -156,8 +156,8 @@ def test_compare_column_carries_the_explanation():
 # ----- cost curve and ideal speedup ---------------------------------------------------------------------------
 
 def test_cost_curve_is_measured_once_per_machine(tmp_path):
-    from core import cost_curve
     from core.target import tiny_target
+    from core.trees import cost_curve
 
     target = tiny_target()
     path = tmp_path / "curve.json"
@@ -178,7 +178,7 @@ def test_cost_curve_is_measured_once_per_machine(tmp_path):
 
 
 def test_ideal_speedup_from_a_curve():
-    from core import cost_curve
+    from core.trees import cost_curve
 
     curve = {"sizes": [1, 2, 4, 8], "ms": [10.0, 10.0, 12.0, 20.0]}
     assert cost_curve.pass_ms(curve, 6) == pytest.approx(16.0)  # linear between measured sizes
@@ -256,8 +256,9 @@ def test_cost_curve_figure_marks_the_verify_pass():
 
 
 def test_tree_choice_figure_marks_the_tree_chosen_here_and_on_a_gpu():
-    from core.cost_curve import choose_tree, gpu_curve
     from core.drafters.static_tree import auto_tree_choice
+    from core.trees.choice import choose_tree
+    from core.trees.cost_curve import gpu_curve
     from demo.render import tree_choice_figure
     from demo.tab_generate import choice_figure
 

@@ -1,4 +1,4 @@
-"""Measured tree acceptance (analysis.tree_acceptance) and `auto` trees that go by it (core.cost_curve)."""
+"""Measured tree acceptance (analysis.tree_acceptance) and `auto` trees that go by it (core.trees.choice)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import pytest
 import torch
 
 from analysis import tree_acceptance as ta
-from core import cost_curve as cc
 from core.target import tiny_target
-from core.tree import DraftTree
+from core.trees.acceptance import TREE_TABLE, shipped_signature, tree_table
+from core.trees.choice import choose_tree
+from core.trees.cost_curve import monotone, pass_ms
+from core.trees.draft_tree import DraftTree
 
 STEEP = {"sizes": [1, 8, 32, 64], "ms": [10.0, 14.0, 30.0, 60.0]}
 FLAT = {"sizes": [1, 8, 32, 64], "ms": [10.0, 10.0, 10.0, 10.0]}
@@ -89,13 +91,13 @@ def test_auto_trees_go_by_the_measured_table(tmp_path):
     path = tmp_path / "t.json"
     grid = [[d, n, 1.0 + 0.3 * d + 0.01 * n] for d in range(1, 9) for n in range(d, min(64, 8 * d) + 1)]
     write_table(path, grid)
-    assert cc.tree_table("m", "other", "sig", path) is None  # another target
-    assert cc.tree_table("m", "fp", "retrained", path) is None  # another checkpoint
-    assert cc.tree_table("x", "fp", "sig", path) is None
-    table = cc.tree_table("m", "fp", "sig", path)
+    assert tree_table("m", "other", "sig", path) is None  # another target
+    assert tree_table("m", "fp", "retrained", path) is None  # another checkpoint
+    assert tree_table("x", "fp", "sig", path) is None
+    table = tree_table("m", "fp", "sig", path)
     assert table["grid"][(2, 5)] == pytest.approx(1.65) and table["top_k"] == 8
-    cpu = cc.choose_tree("m", curve=STEEP, acceptance=table)
-    gpu = cc.choose_tree("m", curve=FLAT, acceptance=table)
+    cpu = choose_tree("m", curve=STEEP, acceptance=table)
+    gpu = choose_tree("m", curve=FLAT, acceptance=table)
     for choice in (cpu, gpu):
         best = max(choice["grid"], key=lambda r: r["tokens_per_s"])
         assert (choice["depth"], choice["total_tokens"]) == (best["depth"], best["total_tokens"])
@@ -104,14 +106,14 @@ def test_auto_trees_go_by_the_measured_table(tmp_path):
     assert gpu["total_tokens"] >= cpu["total_tokens"]
     # drafting = update + (depth - 1) x level, both as measured (this curve's 1-token pass = the probe's)
     row = next(r for r in cpu["grid"] if (r["depth"], r["total_tokens"]) == (3, 10))
-    assert row["ms"] == pytest.approx(cc.pass_ms(cc.monotone(STEEP), 11.0) + 2.0 + 2 * 1.0, abs=1e-3)
+    assert row["ms"] == pytest.approx(pass_ms(monotone(STEEP), 11.0) + 2.0 + 2 * 1.0, abs=1e-3)
 
 
 def test_the_shipped_table_matches_the_shipped_checkpoints():
-    data = json.loads(cc.TREE_TABLE.read_text())
+    data = json.loads(TREE_TABLE.read_text())
     assert set(data["methods"]) == set(ta.DYNAMIC_METHODS)
     for method, row in data["methods"].items():
-        assert row["checkpoint"] == cc.shipped_signature(method), f"re-run analysis.tree_acceptance for {method}"
+        assert row["checkpoint"] == shipped_signature(method), f"re-run analysis.tree_acceptance for {method}"
         assert all(1.0 <= tau <= 1.0 + d for d, n, tau in row["grid"])
 
 

@@ -1,4 +1,4 @@
-"""`auto` trees decided by measured tokens/s (core.tree_trial): candidates, turns, the decision, the record."""
+"""`auto` trees decided by measured tokens/s (core.trees.trial): candidates, turns, the decision, the record."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from core import cost_curve
-from core.tree_trial import TRIAL_MARGIN, ShapeTrial, candidates
+from core.trees.calibration import CycleLedger, calibrate_dynamic_tree
+from core.trees.trial import TRIAL_MARGIN, ShapeTrial, candidates
 
 
 def grid_choice() -> dict:
@@ -53,16 +53,16 @@ def test_calibrate_dynamic_tree_runs_the_trial_on_decoded_cycles():
     choice = grid_choice()
     cfg = SimpleNamespace(depth=3, total_tokens=8, top_k=8)
     trial = ShapeTrial(candidates(choice), per_shape=2)
-    drafter = SimpleNamespace(config=cfg, tree_choice=choice, tree_ledger=cost_curve.CycleLedger(), tree_auto=True,
+    drafter = SimpleNamespace(config=cfg, tree_choice=choice, tree_ledger=CycleLedger(), tree_auto=True,
                               tree_trial=trial)
     cost = {(3, 8): 0.03, (1, 4): 0.01, (2, 5): 0.02}
     for _ in range(6):
         shape = (cfg.depth, cfg.total_tokens)
         event = SimpleNamespace(tree=[0, 1], new_tokens=[5, 6], draft_time=cost[shape] / 2, verify_time=cost[shape] / 2)
-        cost_curve.calibrate_dynamic_tree(drafter, event)
+        calibrate_dynamic_tree(drafter, event)
     assert trial.done and trial.winner == (1, 4)
     assert (cfg.depth, cfg.total_tokens) == (1, 4) and (choice["depth"], choice["total_tokens"]) == (1, 4)
     assert choice["trial"]["winner"] == {"depth": 1, "total_tokens": 4}
     prefill = SimpleNamespace(tree=[], new_tokens=[1], draft_time=0.0, verify_time=1.0)
-    cost_curve.calibrate_dynamic_tree(drafter, prefill)  # a step without a tree books nothing
+    calibrate_dynamic_tree(drafter, prefill)  # a step without a tree books nothing
     assert sum(trial.cycles.values()) == 6

@@ -18,6 +18,7 @@ import json
 import sys
 
 from core import cli_checks as checks
+from core.methods import METHODS as TABLE
 from core.target import add_dtype_argument
 
 from .client import OFFLINE_MIN_CONFIDENCE
@@ -155,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
             from .loopback import ServerProcess, run_loopback
 
             limit = args.time_limit or DEFAULT_REAL_LIMIT_S
-            server = ServerProcess(args.target, "moa" if "moa" in methods else methods[0], args.dtype, args.drafter,
-                                   options, max_lifetime=len(methods) * limit + 300.0)
+            # a server started for the method that keeps drafting offline (MoA: it holds its LSA) serves them all
+            serving = next((m for m in methods if TABLE[m].client_server == "offline"), methods[0])
+            server = ServerProcess(args.target, serving, args.dtype, args.drafter, options,
+                                   max_lifetime=len(methods) * limit + 300.0)
             print("starting the server process...", file=sys.stderr)
             server.__enter__()
         try:

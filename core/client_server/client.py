@@ -41,9 +41,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from core.decoding import stop_rule
 from core.drafters.base import Autoregressive, Drafter, Verified
+from core.methods import METHODS as TABLE
 from core.target import Target
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 
 from .protocol import METHODS, Prefill, Reply, Verify, row_width, token_bytes
 
@@ -242,7 +244,7 @@ class Client:
         self.stop = target.eos_token_ids if stop_tokens is None else set(stop_tokens)
         self.tli = tli
         self.wide = token_bytes(target.vocab_size) == 4
-        self.offline_capable = method == "moa" and hasattr(drafter, "extend_unverified")
+        self.offline_capable = TABLE[method].client_server == "offline" and hasattr(drafter, "extend_unverified")
         self.horizon = offline_horizon_for(drafter, offline_horizon) if self.offline_capable else 0
         self.min_confidence = offline_confidence_for(offline_min_confidence) if self.offline_capable else 0.0
         self.offline_stops: list[dict] = []
@@ -377,16 +379,9 @@ class Client:
         return done
 
     def _commit(self, new: list[int], seq: int) -> bool:
-        """Append verified tokens (stop rules as core.decoding), reconcile provisional ones; True when done."""
-        reason = ""
-        for i, tok in enumerate(new):
-            if tok in self.stop:
-                new, reason = new[: i + 1], "eos"
-                break
-        if len(self.verified) + len(new) >= self.max_new:
-            new, reason = new[: self.max_new - len(self.verified)], reason or "max_new_tokens"
-        if self.position >= self.target.max_positions:
-            reason = reason or "context"
+        """Append verified tokens (cut by core.decoding.stop_rule), reconcile provisional ones; True when done."""
+        new, reason = stop_rule(new, len(self.verified), self.max_new, self.stop,
+                                self.position >= self.target.max_positions)
         prov = self.provisional
         k = 0
         while k < min(len(prov), len(new)) and prov[k] == new[k]:

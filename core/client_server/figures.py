@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from core.methods import METHODS, methods_where
+
 LANES = ["client", "uplink", "server", "downlink"]  # top to bottom
 SPAN_STYLE = {  # (lane, kind) -> (legend label, colour)
     ("client", "draft"): ("client drafting", "#3b5bdb"),
@@ -23,8 +25,9 @@ SPAN_STYLE = {  # (lane, kind) -> (legend label, colour)
     ("downlink", "verify_reply"): ("downlink: verdict + payload", "#cc5de8"),
 }
 LOST_COLOUR = "#e03131"
-METHOD_COLOURS = {"ar": "#868e96", "eagle2": "#1c7ed6", "moa": "#e8590c"}
-METHOD_NAMES = {"ar": "plain decoding (API)", "eagle2": "EAGLE-2", "moa": "MoA"}
+SERVED = methods_where(client_server=True)
+METHOD_COLOURS = {m: METHODS[m].colour for m in SERVED}
+METHOD_NAMES = {m: METHODS[m].short + (" (API)" if METHODS[m].client_server == "api" else "") for m in SERVED}
 
 
 def _as_dict(run) -> dict:

@@ -48,6 +48,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from core.drafters.base import Drafter
+from core.methods import METHODS as TABLE
 from core.target import Target
 
 from .client import Client, RunResult, Trace, client_side
@@ -85,7 +86,9 @@ def serve(target_spec: str, dtype: str, method: str, drafter_spec: str | None, d
 
     torch.set_num_threads(max(1, threads))
     target = make_target(target_spec, dtype)
-    lsa = make_drafter("moa", target, drafter_spec, drafter_options)[0].lsa if method == "moa" else None
+    # a server for a method that keeps drafting offline (MoA) runs its LSA, and so serves every method
+    offline = TABLE[method].client_server == "offline"
+    lsa = make_drafter(method, target, drafter_spec, drafter_options)[0].lsa if offline else None
     server = Server(target, lsa)
     lsa_hash = module_hash(lsa)
     lock = threading.Lock()

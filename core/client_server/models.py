@@ -3,8 +3,9 @@
 Target specs: "tiny" (core.target.tiny_target with vocab 64, 4 layers: tests), "tiny:VOCAB:LAYERS:SEED",
 "smollm2" (the shipped SmolLM2-135M-Instruct), or a checkpoint folder / .gguf path.
 Drafter specs: None (the shipped checkpoint under assets/drafters/<method> if there is one,
-else a random drafter, and the note says so), "random", or a checkpoint folder. A random
-drafter is seeded, so both processes build identical weights; the server checks the LSA hash.
+else a random drafter, and the note says so), "random", or a checkpoint folder (core.methods.load_method
+builds each). A random drafter is seeded, so both processes build identical weights; the server checks the
+LSA hash.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from core.drafters.base import Autoregressive, Drafter
-from core.methods import build_drafter, default_drafter_folder
+from core.drafters.base import Drafter
+from core.methods import drafter_class, has_shipped, load_method, parse_method
 from core.target import Target, load_target, tiny_target
 
 TREE_KEYS = ("depth", "top_k", "total_tokens")
@@ -42,13 +43,12 @@ def option_fields(method: str, spec: str | None) -> dict[str, type]:
     import typing
 
     from core.drafters.checkpoint import TARGET_FIELDS
-    from core.methods import drafter_class
 
-    if method == "ar":
+    if not parse_method(method).method.trained:
         return {}
     cls = drafter_class(method)
     hints = typing.get_type_hints(cls.config_class)
-    if spec is None and not (default_drafter_folder(method) / "config.json").is_file():
+    if spec is None and not has_shipped(method):
         spec = "random"
     if spec == "random":
         return {f.name: hints[f.name] for f in dataclasses.fields(cls.config_class) if f.name not in TARGET_FIELDS}
@@ -89,23 +89,13 @@ def make_drafter(method: str, target: Target, spec: str | None = None, options: 
     if isinstance(options, str):
         options = json.loads(options) if options else {}
     options = dict(options or {})
-    if method == "ar":
-        return Autoregressive(), ""
-    if spec is None:
-        folder = default_drafter_folder(method)
-        if (folder / "config.json").is_file():
-            spec = str(folder)
-        else:
-            spec = "random"
-    if spec == "random":
-        from core.methods import drafter_class
-
-        cls = drafter_class(method)
-        known = {f.name for f in dataclasses.fields(cls.config_class)}
-        hyper = {k: v for k, v in options.items() if k in known}  # options may name another method's fields
-        return cls.random(target, seed=seed, **hyper), f"random (untrained) {method} drafter"
-    drafter = build_drafter(method, target, spec)
+    if not parse_method(method).method.trained:
+        return load_method(method, target).drafter, ""
+    known = {f.name for f in dataclasses.fields(drafter_class(method).config_class)}
+    hyper = {k: v for k, v in options.items() if k in known}  # options may name another method's fields
     tree = {k: v for k, v in options.items() if k in TREE_KEYS}
-    if tree:
-        drafter.set_options(**tree)
-    return drafter, f"trained {method} drafter ({spec})"
+    loaded = load_method(method, target, spec, fallback="missing", options=tree,
+                         random_options={"seed": seed, **hyper})
+    if loaded.source == "random":
+        return loaded.drafter, f"random (untrained) {method} drafter"
+    return loaded.drafter, f"trained {method} drafter ({spec if spec is not None else loaded.folder})"

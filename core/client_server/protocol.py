@@ -34,13 +34,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from core.methods import METHODS as TABLE
+from core.methods import methods_where
+
 PREFILL, PREFILL_REPLY, VERIFY, VERIFY_REPLY = 1, 2, 3, 4
 KIND_NAMES = {PREFILL: "prefill", PREFILL_REPLY: "prefill_reply", VERIFY: "verify", VERIFY_REPLY: "verify_reply"}
 FLAG_TOK32 = 1
 FLAG_CHAIN = 2
 HEADER = struct.Struct("<BBHII")  # kind, flags, extra, seq, position
-METHODS = ("ar", "eagle2", "moa")
-METHOD_CODE = {m: i for i, m in enumerate(METHODS)}
+METHODS = tuple(methods_where(client_server=True))  # the methods with a client-server role, in table order
+METHOD_CODE = {m: i for i, m in enumerate(METHODS)}  # on the wire: the table's order is the protocol's
 MAX_TREE_NODES = 65535
 
 
@@ -51,11 +54,12 @@ def token_bytes(vocab_size: int) -> int:
 def row_width(method: str, hidden_size: int, kv_width: int, tli: int = 0, lsa_width: int | None = None) -> int:
     """Values (bfloat16) per verified token that `method` needs from the server (lsa_width: MoA's LSA output,
     H, or 2H for a drafter with final_feature)."""
-    if method == "ar":
+    role = TABLE[method].client_server if method in TABLE else ""
+    if role == "api":
         return 0
-    if method == "eagle2":
+    if role == "features":
         return hidden_size
-    if method == "moa":
+    if role == "offline":
         return (lsa_width or hidden_size) + tli * kv_width
     raise ValueError(f"no client-server protocol for method {method!r}; choose one of {', '.join(METHODS)}")
 

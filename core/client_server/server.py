@@ -28,7 +28,7 @@ from torch import nn
 
 from core.drafters.base import TargetNeeds, select_rows
 from core.target import Target
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 from core.verify import SamplingConfig, verify_tree
 
 from .protocol import PREFILL_REPLY, VERIFY_REPLY, Prefill, Reply, Verify, row_width

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from core.target import Target, TargetOutput
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Drafter:
 
     def observe(self, event) -> None:
         """One decoded cycle with its timings (a core.decoding.StepEvent), after `accept`: drafters with an
-        `auto` tree calibrate it from these (core.cost_curve.CycleLedger); the rest ignore it."""
+        `auto` tree calibrate it from these (core.trees.calibration.CycleLedger); the rest ignore it."""
 
     def check_target(self, target: Target) -> None:
         """Raise if this drafter was built for another target (trained drafters override)."""

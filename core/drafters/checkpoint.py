@@ -23,10 +23,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from core import cost_curve
 from core.drafters.base import Drafter
 from core.layers import pack_linears
 from core.target import Target
+from core.trees.calibration import calibrate_dynamic_tree
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -299,7 +299,7 @@ class TrainedDrafter(torch.nn.Module, Drafter):
 
     def observe(self, event) -> None:
         """A dynamic `auto` tree (EAGLE-2, MoA) calibrates itself from decoded cycles; static trees override."""
-        cost_curve.calibrate_dynamic_tree(self, event)
+        calibrate_dynamic_tree(self, event)
 
     def observe_batch(self, batch_tokens: torch.Tensor) -> None:
         """Training: a batch's own (distinct) tokens stand in for the conversation, a superset of what

@@ -35,7 +35,7 @@ guess, and those a conversation copies join as context tokens anyway. Measured
 on 16 held-out prompts, one interleaved run, bfloat16 (docs/RESULTS.md,
 "Drafting vocabulary"): tau unchanged within noise for every trained drafter,
 drafting 0.2-1.3 ms a cycle cheaper. The ranking is a data file,
-assets/drafters/token_ranks.json (`python -m core.drafters.draft_vocab`
+assets/drafters/token_ranks.json (`python -m core.training.draft_vocab_build`
 writes it from the distillation answers); a drafter's tokens missing from it
 rank last. Training, and held-out evaluation, always use all V' tokens:
 `clear_context(drafting=False)`, which `observe_batch` calls. Verification is
@@ -44,10 +44,8 @@ untouched, so decoding stays lossless.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
-import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -248,34 +246,3 @@ class DraftVocab(torch.nn.Module):
     def _load_from_state_dict(self, *args, **kwargs):  # the cached projection follows the loaded ids
         self._forget_ids()
         return super()._load_from_state_dict(*args, **kwargs)
-
-
-def write_token_ranks(distill: str, out: Path = RANKS_FILE, size: int = 8192) -> list[int]:
-    """Rank the `size` most frequent answer tokens of a distillation set's training split into `out`."""
-    from core.training.distill_data import load_distill
-
-    counts = Counter()
-    for r in load_distill(distill, split="train"):
-        counts.update(int(t) for t in r["answer_ids"])
-    ids = [t for t, _ in counts.most_common(size)]
-    Path(out).write_text(json.dumps({"source": distill, "what": "answer tokens of the training split, most "
-                                     "frequent first", "ids_by_frequency": ids}, separators=(",", ":")) + "\n")
-    return ids
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m core.drafters.draft_vocab",
-                                description="Write the token ranks a drafting vocabulary keeps its top of.")
-    p.add_argument("--distill", default="assets/distill_v5/distill.npz", help="distillation data (answers ranked)")
-    p.add_argument("--out", default=str(RANKS_FILE))
-    args = p.parse_args(argv)
-    if not Path(args.distill).exists():
-        print(f"error: --distill {args.distill!r} does not exist (a distill.npz or its folder)", file=sys.stderr)
-        return 2
-    ids = write_token_ranks(args.distill, Path(args.out))
-    print(f"{len(ids)} tokens ranked -> {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 
 # Defaults, sized for this CPU (2 shared cores, bf16 SmolLM2-135M target): one target pass costs
 # ~55 ms for 1 new token and ~60-100 ms for 32 (measured under the shared load), so every verified

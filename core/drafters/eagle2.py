@@ -70,7 +70,7 @@ from core.drafters.trained import (
 from core.kv_cache import KVCache
 from core.layers import FusedLayer, decoder_layer, fused_copy, run_layer
 from core.target import Target
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 
 
 # ----- the drafter ------------------------------------------------------------------------------

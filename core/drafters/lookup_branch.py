@@ -23,7 +23,7 @@ import torch
 from core.drafters.base import Drafter, Verified
 from core.drafters.pld import PromptLookupDrafter
 from core.target import Target
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 
 SUFFIX = "+lookup"
 LOOKUP_TOKENS = 6  # longest grafted chain: each extra node costs verify time

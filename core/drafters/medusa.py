@@ -61,7 +61,7 @@ from core.drafters.trained import (
     perturb,
 )
 from core.target import Target
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 
 
 @dataclass

@@ -75,23 +75,20 @@ Our choices where we differ (why: docs/ARCHITECTURE.md, "MoA"):
     `ca_window` (CA reads the W most recent verified rows), `final_feature` (the target's final feature at the
     last verified position joins the stream before CA, times `final_feature_gain`), `sa_drop` (training drops SA's
     output per sequence). A continued run that changes the LSA layout rebuilds only the LSA (`rebuilt`).
-  * Long-horizon variants (`moa-h24`: period_max 24) train predictions up to 24 tokens past the last verified one.
+  * `memory_loss` (training only): a linear readout of each memory row must recover the target's final feature.
 
-Training (`training_loss`), T-step bounded and on-policy: per sequence a period k is drawn
-from [period_min, period_max] (the reference code's 6..14); positions divisible by k and
-every position with loss_mask 0 (prompt / user turns: the target prefills them) are
-"verified". The prediction at j sees, through CA and TLI, target activations only at
-positions <= v(j) = the last verified position strictly before j, as at inference
-(where v = r - 1 for a root at r). SA starts with a "staircase" mask (only the current
-unverified segment v(j) < q <= j): staircase="random" draws it per sequence with probability
-1 - progress / staircase_until (0.5: the first half of training, as the reference code does),
-staircase="window" widens one mask linearly to the full causal one by then.
-`progress` is the fraction of the drafter's whole training: a run continuing a published
-drafter counts the earlier runs' steps (core.training.train), so the curriculum runs once.
-In each of the N frozen TLI layers, positions <= v(j) contribute the target's true keys and
-values and positions in (v(j), j] the predicted path's, under the same mask as inference. The
-true keys/values are read from batch.layer_kv: they are exactly the target's k/v projections
-of batch.hidden[L-N+i], so training needs no extra hidden layers for them.
+Training (`training_loss`), T-step bounded and on-policy: per sequence a period k is drawn from [period_min,
+period_max] (the reference code's 6..14); positions divisible by k and every position with loss_mask 0 (prompt /
+user turns: the target prefills them) are "verified". The prediction at j sees, through CA and TLI, target
+activations only at positions <= v(j) = the last verified position strictly before j, as at inference (where
+v = r - 1 for a root at r). SA starts with a "staircase" mask (only the current unverified segment v(j) < q <= j):
+staircase="random" draws it per sequence with probability 1 - progress / staircase_until (0.5: the first half of
+training, as the reference code does), staircase="window" widens one mask linearly to the full causal one by then.
+`progress` is the fraction of the drafter's whole training: a run continuing a published drafter counts the
+earlier runs' steps (core.training.train), so the curriculum runs once. In each of the N frozen TLI layers,
+positions <= v(j) contribute the target's true keys and values and positions in (v(j), j] the predicted path's,
+under the same mask as inference. The true keys/values are read from batch.layer_kv: they are exactly the
+target's k/v projections of batch.hidden[L-N+i], so training needs no extra hidden layers for them.
 
 What the target must hand over: `needs` (inference) = per-layer keys/values (+ hidden[L] with final_feature);
 `train_needs` (training) = the same plus hidden[L] (final feature, target distribution) and,
@@ -100,25 +97,18 @@ for N > 0, hidden[L-N] (the regressed state). The trainer reads `train_needs` wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 
 from core.drafters.base import TargetNeeds, Verified
 from core.drafters.draft_vocab import DraftVocab
-from core.drafters.dynamic_tree import (
-    DEFAULT_DEPTH,
-    DEFAULT_TOP_K,
-    DEFAULT_TOTAL_TOKENS,
-    Expansion,
-    build_dynamic_tree,
-)
+from core.drafters.dynamic_tree import Expansion, build_dynamic_tree
 from core.drafters.moa_attention import CrossAttention, FusedPredict, LayerSelfAttention
+from core.drafters.moa_config import MAX_TLI, MoAConfig
 from core.drafters.moa_training import MoATraining
 from core.drafters.trained import (
-    DrafterConfig,
     TrainedDrafter,
     apply_tree_options,
     check_draft_vocab_size,
@@ -128,102 +118,9 @@ from core.drafters.trained import (
     rope_kv,
 )
 from core.kv_cache import KVCache
-from core.layers import (
-    FusedLayer,
-    append_layer_kv,
-    decoder_layer,
-    fused_copy,
-    run_layer,
-)
+from core.layers import FusedLayer, append_layer_kv, decoder_layer, fused_copy, run_layer
 from core.target import Target
-from core.tree import DraftTree
-
-MAX_TLI = 3
-
-
-@dataclass
-class MoAConfig(DrafterConfig):
-    tli: int = 0  # N: target layers the drafter runs itself (0..3)
-    # LSA width. lsa_full_width (the reference code's layout): the encoder attends across layers at the
-    # full width of each layer's K+V (2 * kv_heads * head_dim) and projects to H only after the mean;
-    # lsa_dim is then unused. False: K+V is first narrowed to lsa_dim (the layout of the drafters we
-    # shipped before; kept so that their checkpoints load).
-    lsa_full_width: bool = True
-    lsa_dim: int = 128
-    lsa_heads: int = 0  # 0: one head per target head's K or V (2 * kv_heads, so 6 heads of 64 on SmolLM2)
-    lsa_mlp_ratio: int = 4  # the LSA encoder's MLP width / its model width
-    # An MLP block after cross-attention (our earlier layout, not the reference's). It runs for every
-    # drafted token, so it costs drafting time; the LSA encoder runs once per verified token instead.
-    ca_mlp: bool = True
-    # Cross-attention reads only the `ca_window` most recent verified positions (0: all of them). Our addition:
-    # with the whole memory, CA learned an attention sink on early prompt positions and ignored where its
-    # memory came from (docs/RESULTS.md, "MoA"); a window makes the recent verified states the only ones to read.
-    ca_window: int = 0
-    # Each verified position's LSA vector also gets the target's final feature there (normalised, projected;
-    # our addition, see the module docstring). EAGLE-2 drafts from that feature; MoA's vector otherwise
-    # carries only the per-layer keys and values, which stop one layer short of it.
-    final_feature: bool = False
-    # The projected final feature is multiplied by this before it joins the stream (module docstring).
-    final_feature_gain: float = 1.0
-    # A fresh drafter starts SA as a copy of the target's first layer (both read token embeddings) and
-    # CA's projections as copies of the target's last layer's attention (LSA vectors regress deep
-    # states); our choice, where the reference code starts from random weights. Only `random()` reads it.
-    init_from_target: bool = False
-    # Every weight of LSA, SA, CA and the head, RMSNorm and LayerNorm gains included, drawn from N(0, 0.02), so each
-    # block starts near silent (the reference's `_init_weights`, moa_spec/models/train/moa_spec.py:77-91). LSA's
-    # input LayerNorm keeps gain 1: it stands for the raw K+V that the reference's LSA residual carries (line 146).
-    # Only `random()` reads it.
-    reference_init: bool = True
-    # Training only: a verified row (every prompt row, and the answer row that closes each period) reads its own
-    # memory row in CA, at distance 0, as the reference's CA mask `idx_j <= start(i)` does (moa_spec.py:210, with
-    # start(i) the last verified position <= i, line 162); under the staircase SA then sees only that row itself
-    # (line 177). False: every row reads strictly earlier rows. Held-out evaluation always runs as inference does.
-    own_row_reads: bool = True
-    # Memory rows pass CA's input RMSNorm (the one the query stream passes) before CA's keys and values, as the
-    # reference's cross-attention layer normalises both inputs with one norm (cross_attention.py:172-173).
-    memory_norm: bool = True
-    depth: int = DEFAULT_DEPTH  # tree settings: see core.drafters.dynamic_tree for why these defaults
-    top_k: int = DEFAULT_TOP_K
-    total_tokens: int = DEFAULT_TOTAL_TOKENS
-    period_min: int = 6  # training: verified every k positions, k uniform in [period_min, period_max]
-    period_max: int = 14
-    staircase_until: float = 0.5  # training progress at which SA's mask has become fully causal
-    # "random" (the reference code): per sequence, the staircase mask with probability
-    # 1 - progress / staircase_until, else the causal one. "window": one mask whose window over the
-    # earlier segments grows linearly (the layout of the drafters we shipped before).
-    staircase: str = "random"
-    ce_weight: float = 0.1
-    # Training only (our addition; 0, the reference layout, is the default): per sequence, with this probability,
-    # SA's attention and MLP outputs are dropped and the stream keeps only the token's embedding, so the
-    # prediction must come from the target's channels (CA and the final feature). Inference always runs SA.
-    sa_drop: float = 0.0
-    draft_vocab_size: int = 0  # project onto this many frequent tokens (draft_vocab.py); 0 = all
-    context_vocab: bool = True  # the conversation's own tokens join that vocabulary (draft_vocab.py)
-
-    RANGES: ClassVar[dict] = {
-        "tli": (f"an integer in 0..{MAX_TLI}", lambda v: 0 <= v <= MAX_TLI),
-        **{k: ("an integer >= 1", lambda v: v >= 1) for k in ("depth", "top_k", "total_tokens", "lsa_dim",
-                                                              "lsa_mlp_ratio", "period_min", "period_max")},
-        "staircase_until": ("a number in [0, 1]", lambda v: 0 <= v <= 1),
-        "sa_drop": ("a number in [0, 1)", lambda v: 0 <= v < 1),
-        "final_feature_gain": ("a finite number > 0", lambda v: v > 0),
-        "ce_weight": ("a finite number >= 0", lambda v: v >= 0),
-        "staircase": ("'random' or 'window'", lambda v: v in ("random", "window")),
-    }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str = "config.json") -> MoAConfig:
-        """As DrafterConfig.from_json, except that a checkpoint written before a reference-training field existed
-        gets the value it was trained and runs with (LEGACY), not the new-run default."""
-        if isinstance(data, dict):
-            data = {**LEGACY, **data}
-        return super().from_json(data, where)
-
-
-# What a MoA checkpoint that lacks these fields was built with: no memory norm, target-layer initialisation,
-# strictly earlier CA reads, and no MLP after CA (checkpoints from before `ca_mlp` existed had none).
-LEGACY = {"memory_norm": False, "reference_init": False, "own_row_reads": False, "init_from_target": True,
-          "ca_mlp": False}
+from core.trees.draft_tree import DraftTree
 
 
 class MoADrafter(MoATraining, TrainedDrafter):
@@ -235,7 +132,7 @@ class MoADrafter(MoATraining, TrainedDrafter):
     # ...and changing one of these rebuilds the LSA encoder from scratch (SA, CA and head are kept)
     rebuilt = {"ca_window": (), "memory_norm": (), "final_feature": ("lsa.feat",), "final_feature_gain": ("lsa.feat",),
                "lsa_full_width": ("lsa.",), "lsa_dim": ("lsa.",), "lsa_heads": ("lsa.",), "lsa_mlp_ratio": ("lsa.",),
-               "ca_mlp": ("mlp.", "mlp_norm.")}
+               "ca_mlp": ("mlp.", "mlp_norm."), "memory_loss": ("memory_readout.",)}
 
     def __init__(self, config: MoAConfig, target: Target) -> None:
         super().__init__(config, target)
@@ -281,6 +178,9 @@ class MoADrafter(MoATraining, TrainedDrafter):
             self.mlp = LlamaMLP(lcfg)
         self.out_norm = LlamaRMSNorm(h, eps)
         self.head = nn.Linear(h, h, bias=False)
+        if config.memory_loss > 0:  # training only (MoAConfig.memory_loss)
+            self.memory_readout = nn.Linear(h, h, bias=False)
+            nn.init.zeros_(self.memory_readout.weight)  # the loss starts at 1 (no read) and falls as LSA keeps more
         big_l = config.n_target_layers
         # Inference needs the per-layer keys/values (and the final feature with final_feature); training
         # also regresses hidden states.
@@ -344,7 +244,7 @@ class MoADrafter(MoATraining, TrainedDrafter):
             tli = opts.pop("tli")
             if tli != self.config.tli:
                 raise ValueError(f"this MoA drafter was trained with TLI N={self.config.tli}; it cannot run with "
-                                 f"tli={tli} (load the moa-tli{tli} checkpoint, or train one)")
+                                 f"tli={tli} (load the checkpoint trained with that TLI N, or train one)")
         apply_tree_options(self, opts)
 
     # ----- building blocks ---------------------------------------------------------------------

@@ -58,11 +58,12 @@ class MoATraining:
         return mask
 
     def train_forward(self, batch: TrainBatch, last: torch.Tensor, progress: float = 1.0,
-                      reads: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      reads: torch.Tensor | None = None, keep: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced pass mirroring inference. Returns (predicted state, final feature), each [B, T, H].
 
         last: v(j); reads: the last row CA, TLI's true keys/values and the staircase start from (default v(j);
-        reads_with_own_row() for the reference's training masks)."""
+        reads_with_own_row() for the reference's training masks); keep: a dict that receives the LSA memory rows
+        [B, T, H] under "memory" (MoAConfig.memory_loss reads them)."""
         tgt, cfg = self.target, self.config
         ids = batch.input_ids
         b, t = ids.shape
@@ -78,6 +79,8 @@ class MoATraining:
         vec, _ = self.lsa(kv.reshape(b * t, big_l, -1),
                           final=batch.hidden[big_l].reshape(b * t, -1) if cfg.final_feature else None)
         vec = vec.view(b, t, -1)
+        if keep is not None:
+            keep["memory"] = vec[..., :cfg.hidden_size]
         shortcut = None
         if cfg.final_feature:  # the projected final feature at v(j) joins position j's stream (see inference)
             h = cfg.hidden_size
@@ -109,6 +112,20 @@ class MoATraining:
                                          tgt.head_dim, extra_kv=(k_true, v_true))
         return state, final
 
+    def memory_read_loss(self, memory: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
+        """MoAConfig.memory_loss: 1 - R^2 of `memory_readout`'s linear read of the target's normed final feature
+        from the memory row, over every real position of the batch. Both sides are centred and scaled per channel
+        with the batch's own statistics (not learned), so the readout's weights are correlations and it can follow
+        the LSA at once; the error is weighted by each channel's variance, as the probe's R^2 is."""
+        keep = batch.attention_mask.bool()
+        truth = self.target.final_norm(batch.hidden[self.config.n_target_layers].detach())[keep].float()
+        truth = truth - truth.mean(0)
+        scale = truth.std(0)
+        x = memory[keep].float()
+        x = (x - x.mean(0).detach()) / (x.std(0).detach() + 1e-6)
+        read = self.memory_readout(x.to(self.memory_readout.weight.dtype)).float() * scale
+        return ((read - truth) ** 2).sum() / (truth ** 2).sum().clamp(min=1e-6)
+
     def training_loss(self, batch: TrainBatch, progress: float) -> tuple[torch.Tensor, dict[str, float]]:
         """0.1 * CE(target, drafter) + SmoothL1 on the final feature (0.5/0.5 with the layer L-N state if N > 0).
 
@@ -122,7 +139,8 @@ class MoATraining:
         # held-out evaluation (eval mode) always reads as inference does, so its figures compare across recipes
         own = cfg.own_row_reads and self.training
         reads = self.reads_with_own_row(verified, last) if own else last
-        state, final = self.train_forward(batch, last, progress, reads)
+        kept: dict = {}
+        state, final = self.train_forward(batch, last, progress, reads, kept)
         t = batch.input_ids.shape[1]
         dist = torch.arange(t, device=last.device)[None] - reads  # 0 at a row that reads its own memory
         w = (batch.loss_mask * batch.attention_mask).float() * (last >= 0)
@@ -144,6 +162,10 @@ class MoATraining:
         t_top = target_tokens_in_vocab(self.vocab, t_top, next_ids[sel])
         loss_ce = weighted_mean(ce, wr)
         loss = loss_feat + cfg.ce_weight * loss_ce
+        if cfg.memory_loss > 0:
+            loss_memory = self.memory_read_loss(kept["memory"], batch)
+            loss = loss + cfg.memory_loss * loss_memory
+            metrics["loss_memory"] = float(loss_memory.detach())
         agree = (d_top == t_top).float()
         metrics.update({"loss": float(loss.detach()), "loss_feat": float(loss_feat.detach()),
                         "loss_final": float(loss_final.detach()), "loss_ce": float(loss_ce.detach()),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from core.drafters.base import Drafter
-from core.tree import DraftTree
+from core.trees.draft_tree import DraftTree
 
 
 class PromptLookupDrafter(Drafter):

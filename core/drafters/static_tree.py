@@ -50,10 +50,13 @@ from collections.abc import Sequence
 
 import torch
 
-from core import cost_curve
 from core.drafters.draft_vocab import DraftVocab
 from core.target import Target
-from core.tree import DraftTree
+from core.trees import cost_curve
+from core.trees.acceptance import method_acceptance
+from core.trees.calibration import CycleLedger, calibration_enabled, grid_row, keep_or_move
+from core.trees.choice import STATIC_TREE_METHODS, calibrated_row, choose_tree
+from core.trees.draft_tree import DraftTree
 
 Path = tuple[int, ...]
 
@@ -249,7 +252,7 @@ def static_tree_choice(method: str, curve: dict, tree_accuracy: list[list[float]
     per-rank accuracies of the shipped checkpoint (assets/drafters/<method>/config.json) unless given; the
     heads draft once per cycle whatever the tree, so drafting is a fixed cost per cycle (the benchmark
     summary's draft_ms_per_cycle, scaled to this machine, unless given). calibration: measured / predicted
-    ratios from decoded cycles (core.cost_curve.CycleLedger). Same keys as choose_tree."""
+    ratios from decoded cycles (core.trees.calibration.CycleLedger). Same keys as choose_tree."""
     raw, curve = curve, cost_curve.monotone(curve)
     one = cost_curve.pass_ms(curve, 1.0)
     out = {"method": method, "depth": None, "total_tokens": None, "expected_tau": 1.0,
@@ -271,7 +274,7 @@ def static_tree_choice(method: str, curve: dict, tree_accuracy: list[list[float]
         out["acceptance_source"] = None
         return out
     if draft_ms is None:
-        measured = cost_curve.method_acceptance(method)
+        measured = method_acceptance(method)
         draft_ms = 0.0
         if measured and measured.get("draft_ms") and measured.get("verify_ms_1"):
             draft_ms = measured["draft_ms"] * one / measured["verify_ms_1"]
@@ -279,8 +282,8 @@ def static_tree_choice(method: str, curve: dict, tree_accuracy: list[list[float]
     passes = cost_curve.curve_pass_table(curve)
     table = size_table(tree_accuracy, depth, cost_curve.MAX_AUTO_TOKENS, passes, draft_ms)
     cal = calibration or {}
-    rows = [cost_curve.calibrated_row(depth, r["total_tokens"], r["tau"], draft_ms if r["total_tokens"] else 0.0,
-                                      pass_time(1 + r["total_tokens"], passes), cal) for r in table]
+    rows = [calibrated_row(depth, r["total_tokens"], r["tau"], draft_ms if r["total_tokens"] else 0.0,
+                           pass_time(1 + r["total_tokens"], passes), cal) for r in table]
     if cal:
         best = max(rows[1:], key=lambda r: (r["tokens_per_s"], -r["total_tokens"]))
         best_tau, best_ms = best["tau"], best["ms"]
@@ -296,11 +299,11 @@ def static_tree_choice(method: str, curve: dict, tree_accuracy: list[list[float]
 
 def auto_tree_choice(method: str, curve: dict) -> dict:
     """What `auto` picks for any method label under `curve`: Medusa / Amphista's static-tree size
-    (`static_tree_choice`), else core.cost_curve.choose_tree's dynamic tree."""
+    (`static_tree_choice`), else core.trees.choice.choose_tree's dynamic tree."""
     base = method.removesuffix("+lookup")
-    if base in cost_curve.STATIC_TREE_METHODS:
+    if base in STATIC_TREE_METHODS:
         return static_tree_choice(base, curve)
-    return cost_curve.choose_tree(base, curve=curve)
+    return choose_tree(base, curve=curve)
 
 
 class StaticTreeMixin:
@@ -337,7 +340,7 @@ class StaticTreeMixin:
         return self.vocab.logits(x.to(self.target.dtype))
 
     def resolve_auto_static_tree(self, target: Target) -> dict | None:
-        """`auto` tree (the default): resize the tree once for this machine's cost curve (core.cost_curve;
+        """`auto` tree (the default): resize the tree once for this machine's cost curve (core.trees.cost_curve;
         cached per machine, the fixed model on the tiny test target) from the checkpoint's measured per-rank
         accuracies. Untrained drafters and checkpoints without measured accuracies keep their tree; so does a
         tree the user fixed (set_options). The choice is kept as `tree_choice` for the app."""
@@ -354,17 +357,16 @@ class StaticTreeMixin:
         choice["acceptance_source"] = "checkpoint tree_accuracy (per-rank, per head)"
         self._set_paths(best_tree(acc, choice["total_tokens"], min(self.config.num_heads, len(acc))))
         self.tree_choice = choice
-        self.tree_ledger = cost_curve.CycleLedger() if cost_curve.calibration_enabled(target) else None
+        self.tree_ledger = CycleLedger() if calibration_enabled(target) else None
         return self.tree_choice
 
     def observe(self, event) -> None:
         """Book one decoded cycle of an `auto` tree against its predicted figures; every CALIBRATE_AFTER cycles
-        size the tree again from measured / predicted ratios (core.cost_curve, "Calibration from decoded
-        cycles")."""
+        size the tree again from measured / predicted ratios (core.trees.calibration)."""
         choice, ledger = getattr(self, "tree_choice", None), getattr(self, "tree_ledger", None)
         if ledger is None or not choice or choice.get("total_tokens") is None or not self.tree_auto:
             return
-        ratios = ledger.book(cost_curve.grid_row(choice, None, len(self.tree_paths)), event)
+        ratios = ledger.book(grid_row(choice, None, len(self.tree_paths)), event)
         if ratios is None:
             return
         acc = self.rank_accuracy()
@@ -372,7 +374,7 @@ class StaticTreeMixin:
         if new["total_tokens"] is None:
             return
         new["acceptance_source"] = choice.get("acceptance_source")
-        new = cost_curve.keep_or_move(choice, new, match_depth=False)
+        new = keep_or_move(choice, new, match_depth=False)
         if new["total_tokens"] != len(self.tree_paths):
             self._set_paths(best_tree(acc, new["total_tokens"], min(self.config.num_heads, len(acc))))
         self.tree_choice = new

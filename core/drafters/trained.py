@@ -33,8 +33,15 @@ TREE_OPTIONS = ("depth", "top_k", "total_tokens")
 
 
 def layer_config(target: Target):
-    """A one-layer copy of the target's Llama config: the shape of the drafter's own decoder layers."""
-    cfg = copy.deepcopy(target.config)
+    """A one-layer Llama config of the target's shape: the drafter's own decoder layers. A Qwen2 target's config
+    becomes a Llama one (the drafters' layers are Llama layers, with no attention bias, whatever the family)."""
+    from transformers import LlamaConfig
+
+    if target.config.model_type == "llama":
+        cfg = copy.deepcopy(target.config)
+    else:
+        fields = {k: v for k, v in target.config.to_dict().items() if k not in ("model_type", "architectures")}
+        cfg = LlamaConfig(**{**fields, "attention_bias": False, "mlp_bias": False, "head_dim": target.head_dim})
     cfg.num_hidden_layers = 1
     return cfg
 
@@ -119,7 +126,7 @@ def weighted_mean(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (x * w).sum() / w.sum().clamp_min(1e-6)
 
 
-AUTO = "auto"  # depth / total_tokens "auto": sized for this machine (core.cost_curve.choose_tree); the default
+AUTO = "auto"  # depth / total_tokens "auto": sized for this machine (core.trees.choice.choose_tree); the default
 AUTO_SIZED = ("depth", "total_tokens")
 
 
@@ -153,58 +160,59 @@ def _shipped_summary_label(drafter: TrainedDrafter) -> str:
 
 def tree_acceptance(drafter: TrainedDrafter) -> dict | None:
     """What the drafter's auto tree goes by, best first: the measured tau of every tree shape
-    (core.cost_curve.tree_table, analysis.tree_acceptance) when it was measured on this very checkpoint and
+    (core.trees.acceptance.tree_table, analysis.tree_acceptance) when it was measured on this very checkpoint and
     target; else the benchmark summary's acceptance by depth of its method when it is the shipped checkpoint for
     the same target; else its card's held-out acc@k. None for an untrained (random) drafter, which keeps its
     configured tree."""
-    from core import cost_curve
+    from core.trees.acceptance import RESULTS, card_acceptance, checkpoint_signature, method_acceptance, tree_table
 
     meta = getattr(drafter, "checkpoint_meta", None)
     if not isinstance(meta, dict):
         return None
     label = _shipped_summary_label(drafter)
-    table = cost_curve.tree_table(label, drafter.config.target_fingerprint, cost_curve.checkpoint_signature(meta))
+    table = tree_table(label, drafter.config.target_fingerprint, checkpoint_signature(meta))
     if table and table.get("top_k") == drafter.config.top_k:  # measured with this frontier width
         return table
     try:
         import json
 
-        summary = json.loads(cost_curve.RESULTS.read_text())
+        summary = json.loads(RESULTS.read_text())
         same_target = summary["config"]["target"]["fingerprint"] == drafter.config.target_fingerprint
     except (OSError, ValueError, KeyError, TypeError):
         same_target = False
     if same_target and meta.get("name", label) == label:
-        acc = cost_curve.method_acceptance(label)
+        acc = method_acceptance(label)
         if acc:
             return acc
-    return cost_curve.card_acceptance((meta.get("training") or {}).get("heldout"))
+    return card_acceptance((meta.get("training") or {}).get("heldout"))
 
 
 def resolve_auto_tree(drafter: TrainedDrafter, target: Target) -> dict | None:
-    """Size a dynamic tree for this machine once (core.cost_curve.choose_tree; the curve is cached per machine,
+    """Size a dynamic tree for this machine once (core.trees.choice.choose_tree; the curve is cached per machine,
     the tiny test target uses the fixed cost model). Sets config.depth / total_tokens and returns the choice
     (also kept as `drafter.tree_choice` for the app); None when the tree is fixed or nothing is known."""
     if not getattr(drafter, "tree_auto", False):
         return None
     if getattr(drafter, "tree_choice", None) is not None:
         return drafter.tree_choice
-    from core import cost_curve
+    from core.trees.calibration import CycleLedger, calibration_enabled, trial_enabled
+    from core.trees.choice import choose_tree
 
     acc = tree_acceptance(drafter)
     if acc is None:
         drafter.tree_choice = {"method": _shipped_summary_label(drafter), "depth": None, "total_tokens": None,
                                "acceptance_source": None, "note": "untrained drafter: configured tree kept"}
         return drafter.tree_choice
-    choice = cost_curve.choose_tree(_shipped_summary_label(drafter), target, acceptance=acc,
-                                    top_k=int(drafter.config.top_k))
+    choice = choose_tree(_shipped_summary_label(drafter), target, acceptance=acc,
+                         top_k=int(drafter.config.top_k))
     if choice["depth"] is not None:
         drafter.config.depth = int(choice["depth"])
         drafter.config.total_tokens = int(choice["total_tokens"])
     drafter.tree_choice = choice
     drafter.tree_acceptance_used = acc
-    drafter.tree_ledger = cost_curve.CycleLedger() if cost_curve.calibration_enabled(target) else None
-    if drafter.tree_ledger is not None and cost_curve.trial_enabled() and choice["depth"] is not None:
-        from core.tree_trial import ShapeTrial, candidates
+    drafter.tree_ledger = CycleLedger() if calibration_enabled(target) else None
+    if drafter.tree_ledger is not None and trial_enabled() and choice["depth"] is not None:
+        from core.trees.trial import ShapeTrial, candidates
 
         drafter.tree_trial = ShapeTrial(candidates(choice))  # decoding decides between the shapes
         drafter.config.depth, drafter.config.total_tokens = drafter.tree_trial.next_shape()

@@ -37,74 +37,41 @@ hash of prompt_id, independent of the seed).
 
 The generation core (`run_generation`) takes already-tokenized items and a Target, so it
 runs on a tokenizer-less tiny model in tests; `prepare_items` is the tokenizer-dependent part.
+The run folder (settings, plan, shard files, reading records back) is core.training.datagen_shards;
+the recipe and --combine are core.training.datagen_recipe.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import hashlib
 import json
 import os
-import platform
-import statistics
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from core.training.distill_data import (
-    COMMITTED_RECIPE,
-    export_compact,
-    find_recipe,
-    load_distill,
-    record_order,
-    save_dataset,
+from core.training.datagen_recipe import build_recipe, combine_runs, write_recipe
+from core.training.datagen_shards import (
+    GenConfig,
+    _atomic_write_text,
+    _Logger,
+    _shard_done,
+    ensure_plan,
+    finished_prompts,
+    is_sampled,
+    merge_shards,
+    shard_path,
 )
-
-HELDOUT_SHARE = 0.03
-
-
-@dataclass
-class GenConfig:
-    """Settings of one generation run (all of them go into plan.json and the recipe)."""
-
-    max_new_tokens: int = 256
-    batch_size: int = 24
-    shard_size: int = 96
-    sample_share: float = 0.25
-    temperature: float = 0.7
-    top_p: float = 0.95
-    seed: int = 0
-    eos_ids: list[int] = field(default_factory=lambda: [2])
-    pad_id: int = 2
-    max_prompt_tokens: int = 640  # longer prompts are dropped (the prompt builder aims for < 600)
-
-
-# ------------------------------------------------------------------------------------------
-# Deterministic choices
-# ------------------------------------------------------------------------------------------
-
-def _unit_hash(text: str) -> float:
-    """A number in [0, 1) from a string, the same on every machine and run."""
-    return int(hashlib.sha1(text.encode()).hexdigest()[:12], 16) / float(1 << 48)
-
-
-def is_sampled(prompt_id: str, seed: int, share: float) -> bool:
-    return _unit_hash(f"sample|{seed}|{prompt_id}") < share
-
-
-def split_of(prompt_id: str) -> str:
-    return "heldout" if _unit_hash(f"heldout|{prompt_id}") < HELDOUT_SHARE else "train"
-
+from core.training.distill_data import COMMITTED_RECIPE, export_compact, load_distill
 
 # ------------------------------------------------------------------------------------------
 # Items and shards
 # ------------------------------------------------------------------------------------------
+
 
 def prepare_items(target, prompts: Sequence[dict], cfg: GenConfig, log=None) -> list[dict]:
     """Tokenize prompt records with the target's chat template and pick each one's temperature.
@@ -134,24 +101,6 @@ def drop_answered(items: Sequence[dict], npz: str | Path, log=None) -> list[dict
     return kept
 
 
-def plan_shards(items: Sequence[dict], shard_size: int) -> list[list[dict]]:
-    """Order items by (sampled?, category, prompt length, id) and cut them into shards of shard_size.
-
-    Grouping by category keeps answers of similar length together (QA answers are short,
-    stories long); a batch decodes until its longest answer ends, so this cuts wasted steps.
-    """
-    order = sorted(items, key=lambda it: (it["temperature"] > 0, it["category"], len(it["prompt_ids"]),
-                                          it["prompt_id"]))
-    return [order[i:i + shard_size] for i in range(0, len(order), shard_size)]
-
-
-def _shard_hash(shard: Sequence[dict]) -> str:
-    h = hashlib.sha256()
-    for it in shard:
-        h.update(json.dumps([it["prompt_id"], it["temperature"], it["prompt_ids"]]).encode())
-    return h.hexdigest()[:16]
-
-
 def _batches(shard: Sequence[dict], batch_size: int) -> list[list[dict]]:
     """Split a shard into batches that share one temperature."""
     out: list[list[dict]] = []
@@ -164,6 +113,7 @@ def _batches(shard: Sequence[dict], batch_size: int) -> list[list[dict]]:
 # ------------------------------------------------------------------------------------------
 # Generation
 # ------------------------------------------------------------------------------------------
+
 
 @torch.no_grad()
 def generate_batch(target, prompts: Sequence[Sequence[int]], temperature: float, cfg: GenConfig,
@@ -197,84 +147,6 @@ def generate_batch(target, prompts: Sequence[Sequence[int]], temperature: float,
         else:
             results.append((row, False))
     return results
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def shard_path(out_dir: Path, index: int) -> Path:
-    return Path(out_dir) / "shards" / f"shard-{index:05d}.jsonl"
-
-
-def read_shard(path: Path) -> tuple[dict, list[dict]]:
-    """(meta, records) of a shard file."""
-    with open(path, encoding="utf-8") as f:
-        lines = [json.loads(line) for line in f if line.strip()]
-    if not lines or "_meta" not in lines[0]:
-        raise ValueError(f"{path} has no _meta line")
-    return lines[0]["_meta"], lines[1:]
-
-
-def _shard_done(path: Path, expected_hash: str) -> bool:
-    if not path.exists():
-        return False
-    try:
-        meta, records = read_shard(path)
-    except (ValueError, json.JSONDecodeError):
-        return False
-    return meta.get("items_hash") == expected_hash and meta.get("n") == len(records)
-
-
-class _Logger:
-    def __init__(self, path: Path | None, quiet: bool = False) -> None:
-        self.path = path
-        self.quiet = quiet
-
-    def __call__(self, msg: str) -> None:
-        line = f"{_dt.datetime.now().isoformat(timespec='seconds')} {msg}"
-        if self.path is not None:
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
-        if not self.quiet:
-            from tqdm import tqdm
-
-            tqdm.write(line, file=sys.stderr)  # does not break a running progress bar
-
-
-def ensure_plan(target, items: Sequence[dict], out_dir: str | Path, cfg: GenConfig) -> tuple[list[list[dict]], dict]:
-    """The shards of this run and its plan; writes plan.json, or checks it against the one on disk."""
-    out = Path(out_dir)
-    (out / "shards").mkdir(parents=True, exist_ok=True)
-    shards = plan_shards(items, cfg.shard_size)
-    plan = {"config": asdict(cfg), "n_items": len(items), "shard_hashes": [_shard_hash(s) for s in shards],
-            "target": getattr(target, "fingerprint", None)}
-    plan_file = out / "plan.json"
-    if plan_file.exists():
-        old = json.loads(plan_file.read_text())
-        if old != plan:
-            raise SystemExit(f"{out} holds a run with different settings or prompts ({plan_file}); "
-                             f"use another --out or delete that folder")
-    else:
-        _atomic_write_text(plan_file, json.dumps(plan, indent=1))
-    return shards, plan
-
-
-def finished_prompts(out_dir: str | Path) -> int:
-    """How many prompts the finished shard files under out_dir hold (reads only their _meta lines)."""
-    total = 0
-    for path in sorted((Path(out_dir) / "shards").glob("shard-*.jsonl")):
-        try:
-            with open(path, encoding="utf-8") as f:
-                total += int(json.loads(f.readline())["_meta"]["n"])
-        except (ValueError, KeyError, json.JSONDecodeError):
-            continue
-    return total
 
 
 def run_generation(target, items: Sequence[dict], out_dir: str | Path, cfg: GenConfig,
@@ -336,176 +208,9 @@ def run_generation(target, items: Sequence[dict], out_dir: str | Path, cfg: GenC
 
 
 # ------------------------------------------------------------------------------------------
-# Merging, export, loading
-# ------------------------------------------------------------------------------------------
-
-def collect_records(out_dir: str | Path, partial: bool = False) -> tuple[list[dict], list[dict]]:
-    """All shard records of a run and the shard metas.
-
-    Every planned shard must exist, unless `partial`: then the finished ones are taken (a run
-    stopped by a deadline still yields whole, valid shards).
-    """
-    out = Path(out_dir)
-    if not (out / "plan.json").exists():
-        raise FileNotFoundError(f"{out} is not a generation run (no plan.json)")
-    plan = json.loads((out / "plan.json").read_text())
-    records, metas = [], []
-    for i, h in enumerate(plan["shard_hashes"]):
-        path = shard_path(out, i)
-        if not _shard_done(path, h):
-            if partial:
-                continue
-            raise FileNotFoundError(f"shard {i} is missing or stale: {path}")
-        meta, recs = read_shard(path)
-        metas.append(meta)
-        records += recs
-    for r in records:
-        r["split"] = split_of(r["prompt_id"])
-    records.sort(key=record_order)
-    return records, metas
-
-
-def merge_shards(out_dir: str | Path) -> Path:
-    """Merge all shards into a `datasets` Arrow dataset at <out_dir>/dataset (replaced atomically)."""
-    records, _ = collect_records(out_dir)
-    return save_dataset(records, out_dir)
-
-
-# ------------------------------------------------------------------------------------------
-# Recipe
-# ------------------------------------------------------------------------------------------
-
-def build_recipe(out_dir: str | Path, cfg: GenConfig, target_info: dict | None = None, dtype: str = "bfloat16",
-                 extra: dict | None = None) -> dict:
-    records, metas = collect_records(out_dir)
-    recipe = {"what": "self-distillation data: SmolLM2-135M-Instruct answering core.training.prompts.training_prompts",
-              "date": _dt.date.today().isoformat(), **_record_stats(records),
-              "settings": {**asdict(cfg), "dtype": dtype, "decoding": "greedy, or sampled (temperature, top_p, "
-                           "top_k off) for a share of prompts chosen by a hash of prompt_id",
-                           "heldout_share": HELDOUT_SHARE},
-              "time": _shard_times(metas, sum(len(r["answer_ids"]) for r in records)),
-              "hardware": _hardware(), "target": target_info}
-    if extra:
-        recipe.update(extra)
-    return recipe
-
-
-def _record_stats(records: list[dict]) -> dict:
-    """The counts and token statistics of a recipe."""
-    ans = [len(r["answer_ids"]) for r in records]
-    prompt_tokens = [len(r["prompt_ids"]) for r in records]
-    sampled = sum(1 for r in records if r["temperature"] > 0)
-    return {
-        "counts": {
-            "prompts": len(records),
-            "per_category": dict(sorted(Counter(r["category"] for r in records).items())),
-            "sampled": sampled,
-            "sampled_share": round(sampled / max(len(records), 1), 4),
-            "finished": sum(1 for r in records if r["finished"]),
-            "heldout": sum(1 for r in records if r["split"] == "heldout"),
-        },
-        "tokens": {
-            "prompt_total": sum(prompt_tokens),
-            "answer_total": sum(ans),
-            "answer_mean": round(statistics.mean(ans), 1) if ans else 0,
-            "answer_median": statistics.median(ans) if ans else 0,
-            "prompt_mean": round(statistics.mean(prompt_tokens), 1) if prompt_tokens else 0,
-        },
-    }
-
-
-def _shard_times(metas: list[dict], answer_tokens: int) -> dict:
-    """Generation time of a run from its shard metas (wall: first shard start to last shard end)."""
-    finished_at = sorted(m["finished_at"] for m in metas)
-    starts = [_dt.datetime.fromisoformat(m["finished_at"]) - _dt.timedelta(seconds=m["seconds"]) for m in metas]
-    wall = (max(_dt.datetime.fromisoformat(t) for t in finished_at) - min(starts)).total_seconds() if metas else 0.0
-    return {
-        "generation_seconds": round(sum(m["seconds"] for m in metas), 1),
-        "wall_seconds": round(wall, 1),
-        "first_shard_finished": finished_at[0] if finished_at else None,
-        "last_shard_finished": finished_at[-1] if finished_at else None,
-        "answer_tokens_per_second": round(answer_tokens / max(wall, 1e-9), 1),
-    }
-
-
-def _hardware() -> dict:
-    import transformers
-
-    return {"cpu_count": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "transformers": transformers.__version__, "python": platform.python_version(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-
-
-def _first_answers(records: list[dict], seen: set) -> list[dict]:
-    """The records whose prompt (token ids) is not in `seen`; adds their prompts to it.
-
-    Prompt seeds can draw the same prompt twice: keeping its first answer means no prompt lands in
-    both splits (its copies may have different ids) and greedy answers are not doubled.
-    """
-    kept = [r for r in records if tuple(r["prompt_ids"]) not in seen]
-    seen.update(tuple(r["prompt_ids"]) for r in kept)
-    return kept
-
-
-def write_recipe(recipe: dict, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(Path(path), json.dumps(recipe, indent=2) + "\n")
-
-
-def combine_runs(run_dirs: Sequence[str | Path], out_dir: str | Path) -> dict:
-    """Pool the finished shards of several generation runs (e.g. one per prompt seed) into one dataset.
-
-    An entry may also be earlier data (a distill.npz, an Arrow folder or a folder holding one):
-    its records are taken whole and its recipe.json, if one lies beside it, is kept in "runs".
-
-    Writes <out_dir>/dataset (Arrow), <out_dir>/distill.npz and <out_dir>/recipe.json, whose
-    "runs" list gives each run's settings, how many of its planned shards were finished and
-    its generation time. Returns the recipe. A run cut short by a deadline contributes its
-    whole shards only; a run with no finished shard is an error (nothing would say it ran).
-    A prompt that an earlier run already answered (same token ids) is dropped.
-    """
-    out = Path(out_dir)
-    records, runs, seen = [], [], set()
-    for run in run_dirs:
-        if (Path(run) / "plan.json").exists():
-            found, metas = collect_records(run, partial=True)
-            if not found:
-                raise FileNotFoundError(f"{run} has no finished shard")
-            plan = json.loads((Path(run) / "plan.json").read_text())
-            entry = {"folder": str(run), "settings": plan["config"], "shards_finished": len(metas),
-                     "shards_planned": len(plan["shard_hashes"])}
-            own = Path(run) / "recipe.json"  # the run's own recipe: how it was generated (dtype, command, CPU)
-            if own.exists():
-                mine = json.loads(own.read_text())
-                entry["settings"] = {**entry["settings"], "dtype": mine.get("settings", {}).get("dtype")}
-                entry.update({k: mine[k] for k in ("command", "hardware") if k in mine})
-        else:  # earlier pooled or exported data, described by its own recipe
-            found, metas = load_distill(run), None
-            recipe_file = find_recipe(run)
-            entry = {"data": str(run), "recipe": json.loads(recipe_file.read_text()) if recipe_file else None}
-        recs = _first_answers(found, seen)
-        answer_tokens = sum(len(r["answer_ids"]) for r in recs)
-        entry.update(records=len(recs), repeated_prompts_dropped=len(found) - len(recs), answer_tokens=answer_tokens)
-        if metas is not None:
-            entry["time"] = _shard_times(metas, answer_tokens)
-        runs.append(entry)
-        records += recs
-    npz = export_compact(records, out / "distill.npz")  # first: the trainer needs only this
-    save_dataset(records, out)
-    recipe = {"what": "self-distillation data: SmolLM2-135M-Instruct answering core.training.prompts.training_prompts "
-                      "for several prompt seeds, pooled",
-              "date": _dt.date.today().isoformat(), **_record_stats(records),
-              "settings": {"heldout_share": HELDOUT_SHARE, "decoding": "per run, see runs[].settings"},
-              "runs": runs, "hardware": _hardware(),
-              "compact_export": {"file": npz.name, "bytes": npz.stat().st_size}}
-    write_recipe(recipe, out / "recipe.json")
-    return recipe
-
-
-# ------------------------------------------------------------------------------------------
 # CLI
 # ------------------------------------------------------------------------------------------
+
 
 def select_prompts(prompts: Sequence[dict], limit: int | None, seed: int) -> list[dict]:
     """All prompts, or a seeded subset of `limit` of them mixed across categories."""

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from core.drafters.checkpoint import TrainedDrafter
+from core.methods import parse_method
 from core.target import Target
 from core.training.distill_data import COMMITTED_RECIPE
 from core.training.specs import DrafterSpec
@@ -140,7 +141,7 @@ def published_folder(root: str | Path, name: str, single: bool) -> Path:
     root = Path(root)
     if (root / name / "config.json").is_file():
         return root / name
-    base = re.sub(r"(-h\d+)?(-mlp)?(-narrow)?$", "", name)  # a MoA variant (specs.resolve_spec) continues its base
+    base = parse_method(name).base_checkpoint  # a variant (moa@narrow) continues its base
     if base != name and (root / base / "config.json").is_file():
         return root / base
     if single and (root / "config.json").is_file():

@@ -1,9 +1,13 @@
-"""The drafters a training run names: `eagle2`, `moa`, `moa-tliN`, `medusa`, `amphista` -> class and
-hyper-parameters, and what each needs from the target's pass over a batch."""
+"""The drafters a training run names -> class and hyper-parameters, and what each needs from the target's pass
+over a batch.
+
+Names follow core.methods' grammar (`parse_method`): `eagle2`, `moa`, `moa-tliN` (MoA with tli=N), `medusa`,
+`amphista`, and `METHOD@NAME` for a variant trained with other hyper-parameters (`--drafters moa,moa@h24 --hyper
+moa@h24.period_max=24`), written to <out>/<name> so that `analysis.bench --drafter-dir` finds it under its label.
+"""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,24 +25,19 @@ class DrafterSpec:
 
 
 def resolve_spec(name: str, hyper: dict[str, Any] | None = None) -> DrafterSpec:
-    """`eagle2`, `moa`, `moa-tliN` (MoA with tli=N), `moa[-tliN]-hH` (period_max=H), `medusa`, `amphista`."""
-    from core.methods import TRAINED, drafter_class
+    """A trained method's name (core.methods.parse_method: `moa-tli3`, `moa@h24`) -> its class and hyper-parameters
+    (a -tliN name sets tli=N; `hyper` adds the rest)."""
+    from core.methods import drafter_class, parse_method, valid_trained_names
 
-    method, extra = name, {}
-    # moa-h24: trained up to 24 tokens past a verify; -mlp: with the MLP block after cross-attention;
-    # -narrow: the narrowed LSA layout (lsa_full_width=False)
-    m = re.fullmatch(r"moa(?:-tli(\d+))?(?:-h(\d+))?(-mlp)?(-narrow)?", name)
-    if m:
-        method = "moa"
-        extra = {**({"tli": int(m.group(1))} if m.group(1) else {}),
-                 **({"period_max": int(m.group(2))} if m.group(2) else {}),
-                 **({"ca_mlp": True} if m.group(3) else {}),
-                 **({"lsa_full_width": False} if m.group(4) else {})}
-    if method not in TRAINED:
-        raise ValueError(f"unknown drafter {name!r}; choose from {', '.join(TRAINED)}, moa-tliN or "
-                         f"moa[-tliN][-hH][-mlp][-narrow]")
-    cls = drafter_class(method)
-    hyper = {**extra, **(hyper or {})}
+    try:
+        parsed = parse_method(name)
+    except ValueError:
+        parsed = None
+    if parsed is None or not parsed.method.trained or parsed.lookup or "." in parsed.variant:
+        # a "." would split `--hyper NAME.key=value` in the wrong place
+        raise ValueError(f"unknown drafter {name!r}; choose from {valid_trained_names()}")
+    cls = drafter_class(parsed.base)
+    hyper = {**({"tli": parsed.tli} if parsed.tli is not None else {}), **(hyper or {})}
     check_hyper(cls.config_class, name, hyper, cls.random_options)  # before any model loads: one line, no traceback
     return DrafterSpec(name, cls, hyper)
 

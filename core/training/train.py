@@ -24,7 +24,8 @@ import torch
 from core.target import Target, resolve_dtype
 from core.training.data import load_records
 from core.training.specs import resolve_spec
-from core.training.trainer import AUTO_PLACEHOLDER_STEPS, TrainConfig, Trainer
+from core.training.train_config import AUTO_PLACEHOLDER_STEPS, TrainConfig
+from core.training.trainer import Trainer
 
 
 def _parse_value(text: str) -> Any:
@@ -75,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m core.training.train", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--drafter", help="eagle2, moa, moa-tli1, moa-tli2, moa-tli3, medusa or amphista")
+    who.add_argument("--drafter", help="eagle2, moa, moa-tliN (N = 1, 2, 3), medusa or amphista; METHOD@NAME for "
+                                       "a variant with its own --hyper NAME.key=value (core.methods' names)")
     who.add_argument("--drafters", help="comma-separated: train these jointly on the same batches")
     p.add_argument("--data", default="data/distill/dataset",
                    help="distillation data (Arrow folder or .npz); several comma-separated, each optionally "

@@ -34,23 +34,23 @@ log.jsonl, curves.html, final/ (save_pretrained: bfloat16 safetensors + config.j
 top-k accuracies (StaticTreeMixin.set_tree_from_metrics) in every export. `--publish` copies
 final/ and a model card (core.training.publish); logs and curves stay in the run folder.
 docs/TRAINING.md tells how the shipped drafters were trained.
+
+The settings are core.training.train_config's `TrainConfig`; saving, resuming and exporting are the methods
+`Trainer` inherits from core.training.trainer_files.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import math
 import random
-import shutil
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -60,91 +60,18 @@ from core.target import Target
 from core.training.data import DataStream, collate, data_sources, eval_subset, make_sequences, target_batch
 from core.training.distill_data import find_recipe
 from core.training.publish import cumulative_training, init_from_published, publish
-from core.training.resume import (
-    atomic_torch_save,
-    hardware,
-    isolated_rng,
-    load_training_state,
-    lr_factor,
-    peak_memory_gb,
-    rng_state,
-    set_rng_state,
-    truncate_log,
-)
+from core.training.resume import isolated_rng, lr_factor, peak_memory_gb, truncate_log
 from core.training.specs import DrafterSpec, union_needs
+from core.training.train_config import AUTO_PLACEHOLDER_STEPS, TrainConfig
+from core.training.trainer_files import EVAL_SEED, STATE_FILE, STATE_VERSION, TrainerFiles
 
-STATE_FILE = "train_state.pt"
-STATE_VERSION = 1
-EVAL_SEED = 1234
+# The settings and the files a run writes live in core.training.train_config and core.training.trainer_files; their
+# names are part of this module's API too.
+__all__ = ["AUTO_PLACEHOLDER_STEPS", "EVAL_SEED", "FIT_AFTER_STEPS", "FIT_SAFETY", "STATE_FILE", "STATE_VERSION",
+           "TrainConfig", "Trainer", "threading_main"]
+
 FIT_AFTER_STEPS = 20  # --steps auto: steps timed before the total is fixed
 FIT_SAFETY = 0.92  # --steps auto: share of the time left that the fitted steps may use
-AUTO_PLACEHOLDER_STEPS = 10**9  # the total before it is fitted (only warm-up happens by then)
-
-
-# ------------------------------------------------------------------------------------------
-# Configuration
-# ------------------------------------------------------------------------------------------
-
-@dataclass
-class TrainConfig:
-    drafters: list[str]
-    out: str
-    data: str = "data/distill/dataset"
-    target: str = "smollm2"
-    steps: int = 1000
-    batch_tokens: int = 4096
-    max_len: int = 512
-    lr: float = 3e-4
-    lr_overrides: dict[str, float] = field(default_factory=dict)  # drafter name -> lr
-    warmup: int = 100
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.95)
-    clip: float = 1.0
-    seed: int = 0
-    hyper: dict[str, dict[str, Any]] = field(default_factory=dict)  # drafter name -> hyper-parameters
-    dtype: str = "bfloat16"
-    autocast: str = "auto"  # auto | on | off
-    eval_every: int = 200
-    eval_tokens: int = 8192
-    final_eval_tokens: int = 32768
-    log_every: int = 10
-    ckpt_every_min: float = 4.0
-    time_budget_min: float | None = None
-    stop_at_step: int | None = None  # stop (saving) after this step, as if interrupted: for tests
-    publish: str | None = None
-    restart: bool = False
-    progress_bar: bool = True
-    init_from: str | None = None  # continue from published drafters: <folder>/<name> (or <folder> for one)
-    # parts a continued run builds afresh (a drafter's `rebuilt` prefixes, e.g. MoA's final_feature projection)
-    # train at lr x this: the published rest of the network is already fitted, the new part starts from zero
-    new_param_lr_mult: float = 1.0
-    # parameters whose name starts with a key train at lr x its value (the longest matching key wins): a part
-    # whose output is small next to the stream it joins can move faster without moving the rest
-    param_lr_mult: dict[str, float] = field(default_factory=dict)
-    # a continued run (--init-from) runs curricula such as MoA's staircase over its own steps, as a fresh run would,
-    # instead of counting the earlier runs' steps (then a long-trained drafter's curriculum is long over)
-    curriculum_restart: bool = False
-    fit_steps: bool = False  # --steps auto: fix `steps` after FIT_AFTER_STEPS timed steps to fill the time budget
-
-    # Arguments that change the training result: a resumed run must agree on them.
-    RESULT_FIELDS = ("drafters", "target", "steps", "batch_tokens", "max_len", "lr", "lr_overrides", "warmup",
-                     "min_lr_ratio", "weight_decay", "betas", "clip", "seed", "hyper", "dtype", "autocast",
-                     "init_from")
-
-    def result_args(self) -> dict:
-        d = dataclasses.asdict(self)
-        out = {k: d[k] for k in self.RESULT_FIELDS}
-        if self.curriculum_restart:  # recorded only when used, so that earlier runs still resume
-            out["curriculum_restart"] = True
-        if self.new_param_lr_mult != 1.0:  # recorded only when used, so that earlier runs still resume
-            out["new_param_lr_mult"] = self.new_param_lr_mult
-        if self.param_lr_mult:
-            out["param_lr_mult"] = dict(self.param_lr_mult)
-        return json.loads(json.dumps(out))
-
-    def lr_for(self, name: str) -> float:
-        return self.lr_overrides.get(name, self.lr)
 
 
 # ------------------------------------------------------------------------------------------
@@ -199,7 +126,7 @@ class _Member:
         return int(cumulative_training(self.init_record["training"])["steps"]) if self.init_record else 0
 
 
-class Trainer:
+class Trainer(TrainerFiles):
     def __init__(self, cfg: TrainConfig, target: Target, records: list[dict], specs: list[DrafterSpec],
                  accelerator=None) -> None:
         from accelerate import Accelerator, DistributedDataParallelKwargs
@@ -315,64 +242,11 @@ class Trainer:
                               fallback=(r["prompt_ids"] for r in train))
         vocab.set_ids(ids)
 
-    # ----- state ---------------------------------------------------------------------------
-    @property
-    def state_path(self) -> Path:
-        return self.out / STATE_FILE
-
-    def save_state(self) -> None:
-        if not self.main:
-            return
-        state = {
-            "version": STATE_VERSION, "step": self.step, "tokens": self.tokens, "final_eval_step": self.final_eval_step,
-            "elapsed_s": self.elapsed_prior + (time.time() - self.session_start),
-            "cursor": self.stream.state_dict(), "args": self.cfg.result_args(), "rng": rng_state(),
-            "drafters": {m.spec.name: {"model": m.model.state_dict(), "optimizer": m.optimizer.state_dict(),
-                                       "scheduler": m.scheduler.state_dict(), "last_eval": m.last_eval}
-                         for m in self.members},
-        }
-        atomic_torch_save(state, self.state_path)
-
-    def load_state(self) -> bool:
-        if self.cfg.restart or not self.state_path.exists():
-            return False
-        state = load_training_state(self.state_path)  # weights_only=True: the folder is the user's
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"{self.state_path} has format version {state.get('version')}, expected {STATE_VERSION}")
-        if self.cfg.fit_steps:  # a fitted run resumes with the total it fixed
-            self.cfg.steps = int(state["args"]["steps"])
-        now = self.cfg.result_args()
-        if state["args"] != now:
-            diff = sorted(k for k in now if state["args"].get(k) != now[k])
-            raise ValueError(f"{self.state_path} was written with different arguments ({', '.join(diff)}); "
-                             f"rerun with the same ones to resume, or pass --restart / another --out")
-        for m in self.members:
-            s = state["drafters"][m.spec.name]
-            m.model.load_state_dict(s["model"])
-            m.optimizer.load_state_dict(s["optimizer"])
-            m.scheduler.load_state_dict(s["scheduler"])
-            m.last_eval = s.get("last_eval", {})
-        self.step, self.tokens, self.elapsed_prior = state["step"], state["tokens"], state["elapsed_s"]
-        self.final_eval_step = state.get("final_eval_step", -1)
-        self.stream.load_state_dict(state["cursor"])
-        set_rng_state(state["rng"])
-        if self.world > 1:  # only the main process's RNG is saved; the others restart from a derived seed
-            torch.manual_seed(self.cfg.seed * 1_000_003 + self.step * 7919 + self.acc.process_index)
-        for m in self.members if self.main else []:  # drop log lines past the checkpoint (an interrupted tail)
-            truncate_log(m.folder / "log.jsonl", self.step)
-        return True
-
     # ----- pieces --------------------------------------------------------------------------
     def _autocast(self):
         if not self.use_autocast:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
-
-    def _log(self, member: _Member, row: dict) -> None:
-        if not self.main:
-            return
-        with open(member.folder / "log.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
 
     def _batch_indices(self) -> list[int]:
         """This process's batch for the step: the step takes `world` consecutive batches of the stream."""
@@ -456,50 +330,6 @@ class Trainer:
             m.last_eval = results[m.spec.name]
             self._log(m, {"split": "heldout", "step": self.step, "tokens": self.tokens, "final": final,
                           "eval_tokens": n_tok, "eval_s": round(time.time() - t0, 2), **m.last_eval})
-
-    def training_record(self, member: _Member, complete: bool) -> dict:
-        elapsed = self.elapsed_prior + (time.time() - self.session_start)
-        cfg = self.cfg
-        return {
-            "complete": complete, "steps": self.step, "planned_steps": cfg.steps, "tokens": self.tokens,
-            "wall_time_s": round(elapsed, 1), "hardware": {**hardware(), "processes": self.world},
-            "data": self.data_info, "lr": cfg.lr_for(member.spec.name), "warmup": cfg.warmup,
-            "min_lr_ratio": cfg.min_lr_ratio, "batch_tokens": cfg.batch_tokens, "seed": cfg.seed,
-            "target_dtype": cfg.dtype, "autocast": self.use_autocast,
-            "joint_with": [m.spec.name for m in self.members if m is not member],
-            **({"init_from": member.init_record} if member.init_record else {}),
-            "heldout": {k: round(v, 5) for k, v in member.last_eval.items()
-                        if k == "loss" or k.startswith("acc") or k.startswith("loss")},
-        }
-
-    def export(self, complete: bool) -> None:
-        """save_pretrained to <folder>/final (swapped in atomically) and redraw curves.html."""
-        if not self.main:
-            return
-        from core.training.curves import write_curves
-
-        for m in self.members:
-            with isolated_rng(EVAL_SEED, self.device):
-                if hasattr(m.model, "set_tree_from_metrics") and "top1@1" in m.last_eval:
-                    m.model.set_tree_from_metrics(m.last_eval)
-            final, tmp, old = m.folder / "final", m.folder / "final.tmp", m.folder / "final.old"
-            shutil.rmtree(tmp, ignore_errors=True)
-            m.model.save_pretrained(tmp, extra={"name": m.spec.name, "training": self.training_record(m, complete)})
-            if final.exists():
-                shutil.rmtree(old, ignore_errors=True)
-                final.rename(old)
-            tmp.rename(final)
-            shutil.rmtree(old, ignore_errors=True)
-            log = m.folder / "log.jsonl"
-            if log.exists():
-                write_curves(log, m.folder / "curves.html", title=f"{m.spec.name} training")
-
-    def checkpoint(self, complete: bool = False) -> None:
-        t0 = time.time()
-        self.save_state()
-        self.export(complete)
-        self.last_ckpt = time.time()
-        self.export_seconds = self.last_ckpt - t0
 
     # ----- the loop ------------------------------------------------------------------------
     def _flags(self, ckpt: bool, stop: bool) -> tuple[bool, bool]:

@@ -1,7 +1,7 @@
 """`auto` dynamic trees decided by decoding itself: a few candidate shapes take turns, cycle by cycle, and the one
 with the most tokens per second *measured* wins.
 
-The cost model (core.cost_curve.choose_tree) predicts each shape's tokens/s from held-out tau and a timed cost
+The cost model (core.trees.choice.choose_tree) predicts each shape's tokens/s from held-out tau and a timed cost
 curve. On a busy 2-core CPU it misses what decoding shows: one-level trees ran as fast or faster than the
 model's two-level pick (docs/RESULTS.md, "Auto trees"), because the verify step grows faster with the tree than
 the curve says and the evaluation prompts lose more of the deeper levels' gain. So the model only proposes:
@@ -15,7 +15,7 @@ the curve says and the evaluation prompts lose more of the deeper levels' gain. 
 
 Interleaving cycle by cycle puts every shape on the same prompts, positions and machine state, which is what a
 comparison of separate runs cannot do on a shared machine. `TrainedDrafter.observe` calls `book` after each cycle
-(through core.cost_curve.calibrate_dynamic_tree) and the trial's record goes into the drafter's `tree_choice`
+(through core.trees.calibration.calibrate_dynamic_tree) and the trial's record goes into the drafter's `tree_choice`
 ("trial"), so the benchmark's summary shows which shape won and by how much.
 """
 
