@@ -3,10 +3,11 @@
 # Each arm continues the shipped `moa` for STEPS steps on the same batches (same seed), then `scratch` trains the
 # whole reference recipe from random weights for SCRATCH_MIN minutes. Resumable: rerun the same line.
 #   bash scripts/moa_reference_ab.sh [arm ...]      arms: unchanged own-row mem-norm staircase all scratch
-#                                                   memory-read memory-read-alone
+#                                                   memory-read memory-read-alone memory-ca
+#                                                   memory-norm memory-norm-staircase
 # memory-read (our objective, not the reference's): + MoAConfig.memory_loss, a linear readout of each LSA memory row
-# must recover the target's final feature; memory-read-alone also drops the final-feature shortcut, so CA is the only
-# way the verified state reaches the prediction.
+# must recover the target's final feature; memory-read-alone continues memory-read's result without the final-feature
+# shortcut, so CA is the only way the verified state reaches the prediction.
 # Probe each result with: python -m analysis.moa_channels --probe --drafter runs/moa-ab/<arm>/final
 set -euo pipefail
 PY=${PY:-.venv/bin/python}
@@ -38,8 +39,21 @@ for a in "${@:-unchanged own-row all scratch}"; do for name in $a; do case $name
   # (the readout and the LSA at 10x the rate: at 1e-4 the shipped LSA barely moved in 100 steps)
   memory-read) arm memory-read "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_loss=1 \
                --new-param-lr-mult 10 --param-lr-mult lsa.=10 ;;
-  memory-read-alone) arm memory-read-alone "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_loss=1 \
-               --hyper final_feature=false --new-param-lr-mult 10 --param-lr-mult lsa.=10 ;;
-  *) echo "unknown arm $name (unchanged own-row mem-norm staircase all scratch memory-read memory-read-alone)" >&2
+  # stage two: memory-read's result with the shortcut removed (run memory-read first)
+  memory-read-alone) arm memory-read-alone "${CONTINUE[@]/assets\/drafters/runs/moa-ab/memory-read/final}" \
+               --hyper own_row_reads=true --hyper memory_loss=1 --hyper final_feature=false --param-lr-mult lsa.=10 ;;
+  # memory-read with CA's weights at 10x the rate too (in memory-read CA stayed at 1e-4 and its output shrank to
+  # near-constant)
+  memory-ca) arm memory-ca "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_loss=1 \
+               --new-param-lr-mult 10 --param-lr-mult lsa.=10 --param-lr-mult ca.=10 ;;
+  # memory-read with the memory normalised before CA (the reference's layout): the memory objective rescales the
+  # LSA rows, and without the norm CA's values, and so its output, shrank with them; then + the reference staircase
+  memory-norm) arm memory-norm "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_loss=1 \
+               --hyper memory_norm=true --new-param-lr-mult 10 --param-lr-mult lsa.=10 ;;
+  memory-norm-staircase) arm memory-norm-staircase "${CONTINUE[@]}" --hyper own_row_reads=true \
+               --hyper memory_loss=1 --hyper memory_norm=true --hyper staircase=random --hyper staircase_until=0.5 \
+               --curriculum-restart --new-param-lr-mult 10 --param-lr-mult lsa.=10 ;;
+  *) echo "unknown arm $name (unchanged own-row mem-norm staircase all scratch memory-read memory-read-alone" \
+          "memory-ca memory-norm memory-norm-staircase)" >&2
      exit 2 ;;
 esac; done; done

@@ -10,6 +10,7 @@ and, once: this machine's bare-matmul floor and plain decoding's verify pass aga
     python scripts/profile_drafting.py --methods eagle2,moa --prompts 4 --threads 2 --json runs/profile.json
     python scripts/profile_drafting.py --methods moa --cprofile 25       # + the 25 costliest functions of moa
     python scripts/profile_drafting.py --weights                         # + weight bytes read per cycle
+    python scripts/profile_drafting.py --ops                             # + PyTorch calls per cycle
     python scripts/profile_drafting.py --methods eagle2,moa --vocab-sizes 8192,2048   # drafting-vocabulary sizes
     python scripts/profile_drafting.py --methods ar,eagle2,moa --trees auto,1/4      # tree shapes, interleaved
 
@@ -60,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also profile each method once and print its N costliest functions")
     p.add_argument("--weights", action="store_true",
                    help="also measure the weight bytes each method's drafting and target pass read per cycle")
+    p.add_argument("--ops", action="store_true",
+                   help="also count the torch calls and operator calls each method's drafting and verify make a cycle")
     p.add_argument("--vocab-sizes", default=None, metavar="N,N",
                    help="also compare these drafting-vocabulary sizes per trained drafter (0 = all trained tokens)")
     p.add_argument("--trees", default=None, metavar="SHAPE,SHAPE",
@@ -211,6 +214,15 @@ def main(argv: list[str] | None = None) -> int:
             rate = (lambda mb, ms: f"{mb / ms:.1f}" if ms else "-")
             print(f"{r['method']:18s} {r['draft_mb']:9.1f} {r['verify_mb']:10.1f} {ratio:>19s} "
                   f"{rate(r['draft_mb'], r['draft_ms']):>11s} {rate(r['verify_mb'], r['verify_ms']):>12s}")
+    if args.ops:
+        from analysis.op_count import count
+
+        print(f"\nPyTorch calls per cycle (one more generation each; analysis.op_count says what is counted):\n"
+              f"{'method':18s} {'draft torch':>12s} {'draft ops':>10s} {'verify torch':>13s} {'verify ops':>11s}")
+        for r in rows:
+            r.update(count(target, drafters[r["method"]], prompts[0], args.max_new_tokens))
+            print(f"{r['method']:18s} {r['draft_torch_calls']:12.0f} {r['draft_operator_calls']:10.0f} "
+                  f"{r['verify_torch_calls']:13.0f} {r['verify_operator_calls']:11.0f}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"floor_ms": floor, "rows": rows, "when": time.time()}, indent=1))

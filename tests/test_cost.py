@@ -191,3 +191,21 @@ def test_weight_traffic_figure_sets_bytes_beside_time():
     fig = figure(rows)
     assert [list(t.x) for t in fig.data] == [["moa"], ["moa"]]  # plain decoding drafts nothing: no bars
     assert fig.data[0].y[0] == pytest.approx(49.4 / 269.0) and fig.data[1].y[0] == pytest.approx(6.8 / 26.0)
+
+
+def test_op_count_splits_calls_between_drafting_and_verify():
+    """analysis.op_count (scripts/profile_drafting.py --ops): plain decoding's drafting (an empty tree) makes a
+    handful of calls, a drafter that runs layers many more; the verify side is counted apart; counts repeat."""
+    from analysis.op_count import count
+    from core.drafters.base import Autoregressive
+    from core.drafters.medusa import MedusaDrafter
+
+    target = tiny_target()
+    ar = count(target, Autoregressive(), [1, 2, 3], 6)
+    assert ar["cycles"] == 5 and ar["draft_operator_calls"] < 10
+    assert ar["verify_operator_calls"] > 10 and ar["verify_torch_calls"] > 10
+    medusa = MedusaDrafter.random(target, seed=0)
+    got = count(target, medusa, [1, 2, 3], 6)
+    assert got["draft_operator_calls"] > 3 * ar["draft_operator_calls"] + 10
+    assert got["draft_torch_calls"] > 3 * ar["draft_torch_calls"] + 10
+    assert count(target, medusa, [1, 2, 3], 6) == got

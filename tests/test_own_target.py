@@ -81,25 +81,24 @@ def test_a_drafter_trained_for_your_own_target_decodes_losslessly(tmp_path, fami
 def test_the_app_serves_your_own_target_and_drafter(tmp_path):
     """`SPECLENS_TARGET=<dir> SPECLENS_DRAFTER_EAGLE2=<dir> make app`: the header names both, a chat with EAGLE-2
     runs on them, and the Step-by-step player and the Draft failures tab work on that run."""
-    from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, DESKTOP, _browser_or_skip, _open_tab, _set_number, serve_app
+    import tests.test_browser as tb
 
-    pw = _browser_or_skip()
+    pw = tb._browser_or_skip()
     target, trained = train_for(tmp_path, "qwen2", "eagle2")
     env = {"SPECLENS_TARGET": str(target), "SPECLENS_DRAFTER_EAGLE2": str(trained), "SPECLENS_DTYPE": "float32"}
-    with serve_app(tmp_path, **env) as url, pw() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    with tb.serve_app(tmp_path, **env) as url, pw() as p:
+        browser = p.chromium.launch(executable_path=tb.CHROMIUM, headless=True, args=tb.CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport=DESKTOP)
+            page = browser.new_page(viewport=tb.DESKTOP)
             page.goto(url, wait_until="domcontentloaded")
-            page.wait_for_function("() => document.querySelector('#load-status').innerText.includes('ready')",
-                                   timeout=180_000)
+            tb._wait_text(page, "#load-status", "ready", timeout_s=180)
             header = page.locator("body").inner_text()
             assert str(target) in header and f"eagle2 from {trained} (SPECLENS_DRAFTER_EAGLE2)" in header
             page.locator("#method-picker input").click()
             from demo.runtime import METHOD_LABELS
 
             page.get_by_role("option", name=METHOD_LABELS["eagle2"]).first.click()
-            _set_number(page, "max-new", 24)
+            tb._set_number(page, "max-new", 24)
             page.locator("#prompt-box textarea").fill("what is the capital of france?")
             page.locator("#send-btn").click()
             page.wait_for_function(
@@ -108,24 +107,20 @@ def test_the_app_serves_your_own_target_and_drafter(tmp_path):
             assert str(trained) in page.locator("#drafter-note").inner_text()
             assert page.locator("#token-stream span.tok").count() >= 2
 
-            _open_tab(page, "Step by step")
+            tb._open_tab(page, "Step by step")
             page.locator("#player-source input").click()
             page.get_by_role("option", name="Your run").first.click()
-            page.wait_for_function("() => document.querySelector('#player-story').innerText.includes('Cycle 1 of')",
-                                   timeout=30_000)
+            tb._wait_text(page, "#player-story", "Cycle 1 of")
             page.locator("#player-next").click()
-            page.wait_for_function("() => document.querySelector('#player-story').innerText.includes('Cycle 2 of')",
-                                   timeout=30_000)
+            tb._wait_text(page, "#player-story", "Cycle 2 of")
             page.locator("#player-tree .main-svg").first.wait_for(timeout=30_000)
 
-            _open_tab(page, "Draft failures")
-            page.locator("#fail-source input").click()
-            page.get_by_role("option", name="Last generation").first.click()
+            tb._open_tab(page, "Draft failures")
+            page.locator("#fail-source").get_by_role("radio", name="Last generation").check()
             page.locator("#fail-analyse").click()
-            page.wait_for_function("() => /rejected|No draft was rejected/.test("
-                                   "document.querySelector('#fail-summary').innerText) && "
-                                   "!document.querySelector('#fail-summary').innerText.includes('Recorded example')",
-                                   timeout=60_000)
+            page.wait_for_function("() => { const e = document.querySelector('#fail-summary'); return e && "
+                                   "/rejected|No draft was rejected/.test(e.innerText) && "
+                                   "!e.innerText.includes('Recorded example'); }", timeout=60_000)
             assert page.locator("text=Traceback").count() == 0
         finally:
             browser.close()

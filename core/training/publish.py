@@ -141,7 +141,10 @@ def published_folder(root: str | Path, name: str, single: bool) -> Path:
     root = Path(root)
     if (root / name / "config.json").is_file():
         return root / name
-    base = parse_method(name).base_checkpoint  # a variant (moa@narrow) continues its base
+    try:
+        base = parse_method(name).base_checkpoint  # a variant (moa@narrow) continues its base
+    except ValueError:  # a drafter class outside the method table has no variants
+        base = name
     if base != name and (root / base / "config.json").is_file():
         return root / base
     if single and (root / "config.json").is_file():
