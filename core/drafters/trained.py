@@ -49,14 +49,14 @@ def layer_config(target: Target):
 def rope_kv(kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_heads: int,
             head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Flat pre-RoPE keys+values [B, T, 2 * kv_heads * head_dim] -> (roped keys, values), each [B, kv_heads, T, D]."""
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+    from transformers.models.llama.modeling_llama import rotate_half
 
     b, t, _ = kv.shape
     width = kv_heads * head_dim
     k = kv[..., :width].reshape(b, t, kv_heads, head_dim).transpose(1, 2)
     v = kv[..., width:].reshape(b, t, kv_heads, head_dim).transpose(1, 2)
-    _, k = apply_rotary_pos_emb(k, k, cos.to(k.dtype), sin.to(k.dtype))
-    return k, v
+    cos, sin = cos.to(k.dtype).unsqueeze(1), sin.to(k.dtype).unsqueeze(1)
+    return k * cos + rotate_half(k) * sin, v  # HF's apply_rotary_pos_emb for the keys alone, the same arithmetic
 
 
 def _ce_rows(pred: torch.Tensor, true: torch.Tensor, vocab: DraftVocab) -> tuple[torch.Tensor, ...]:
