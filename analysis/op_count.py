@@ -20,6 +20,7 @@ from collections import Counter
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from analysis.drafter_calls import wrapped_calls
 from core.decoding import generate
 from core.drafters.base import Drafter
 from core.target import Target
@@ -51,10 +52,9 @@ def count(target: Target, drafter: Drafter, ids: list[int], max_new_tokens: int)
     left out of both."""
     calls, ops = Counter(), Counter()
     fmode, dmode = _TorchCalls(calls), _OperatorCalls(ops)
-    originals = {name: getattr(drafter, name) for name in ("begin", "draft", "accept")}
 
-    def scoped(name: str):
-        fn, scope = originals[name], "prefill" if name == "begin" else "draft"
+    def scoped(name, fn):
+        scope = "prefill" if name == "begin" else "draft"
 
         def run(*a, **k):
             before = fmode.scope
@@ -65,14 +65,8 @@ def count(target: Target, drafter: Drafter, ids: list[int], max_new_tokens: int)
                 fmode.scope = dmode.scope = "verify" if name == "begin" else before
         return run
 
-    for name in originals:
-        setattr(drafter, name, scoped(name))
-    try:
-        with fmode, dmode:
-            result = generate(target, drafter, ids, max_new_tokens)
-    finally:
-        for name, fn in originals.items():
-            setattr(drafter, name, fn)
+    with wrapped_calls(drafter, scoped), fmode, dmode:
+        result = generate(target, drafter, ids, max_new_tokens)
     cycles = max(1, result.steps - 1)  # the first step is the prefill's token
     return {"cycles": cycles,
             "draft_torch_calls": calls["draft"] / cycles, "draft_operator_calls": ops["draft"] / cycles,

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from analysis.drafter_calls import wrapped_calls
 from core.decoding import generate
 from core.drafters.base import Drafter
 from core.target import Target
@@ -31,21 +32,14 @@ DRAFT_SCOPE, BEGIN_SCOPE = "speclens.drafting", "speclens.drafter_prefill"
 def measure(target: Target, drafter: Drafter, ids: list[int], max_new_tokens: int) -> dict:
     """Megabytes of matrices read per cycle by drafting (draft + accept) and per target pass (everything else),
     from one profiled generation: each matmul's weight operand counted once per call; begin() is left out."""
-    scoped = {}
-    for name in ("draft", "accept", "begin"):  # begin (the drafter's own prefill) is counted in neither
-        fn = getattr(drafter, name)
-        scoped[name] = fn
+    def scoped(name, fn):  # begin (the drafter's own prefill) is counted in neither
+        def run(*a, **k):
+            with record_function(BEGIN_SCOPE if name == "begin" else DRAFT_SCOPE):
+                return fn(*a, **k)
+        return run
 
-        def run(*a, _fn=fn, _scope=BEGIN_SCOPE if name == "begin" else DRAFT_SCOPE, **k):
-            with record_function(_scope):
-                return _fn(*a, **k)
-        setattr(drafter, name, run)
-    try:
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            result = generate(target, drafter, ids, max_new_tokens)
-    finally:
-        for name, fn in scoped.items():
-            setattr(drafter, name, fn)
+    with wrapped_calls(drafter, scoped), profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        result = generate(target, drafter, ids, max_new_tokens)
     size = torch.empty(0, dtype=target.dtype).element_size()
     totals = {"draft": 0, "verify": 0}
     for e in prof.events():

@@ -21,7 +21,8 @@ args=(--drafter moa --data assets/distill_v5/distill.npz --out "$RUN" --steps au
       --batch-tokens "$BATCH" --max-len 512 --lr 1e-3 --warmup 50 --seed 48 --dtype "$DTYPE" --autocast "$AUTOCAST"
       --eval-every 1000000 --eval-tokens 8192 --final-eval-tokens "${GPU_EVAL_TOKENS:-32768}" --device "$DEVICE"
       --no-progress
-      --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper ce_weight=1.0 --hyper lsa_mlp_ratio=2 --hyper memory_loss=1)
+      --hyper draft_vocab_size=8192 --hyper feature_scale=24 --hyper ce_weight=1.0 --hyper lsa_mlp_ratio=2
+      --hyper memory_loss=1)
 [ -n "$INIT" ] && args+=(--init-from "$INIT")
 # more trainer options, e.g. GPU_TRAIN_ARGS="--param-lr-mult ca.q_proj=10 --param-lr-mult ca.k_proj=10"
 read -r -a extra <<< "${GPU_TRAIN_ARGS:-}"

@@ -44,7 +44,8 @@ for a in "${@:-unchanged own-row all scratch}"; do for name in $a; do case $name
                --hyper own_row_reads=true --hyper memory_loss=1 --hyper final_feature=false --param-lr-mult lsa.=10 ;;
   # memory-read's result trained on for MORE_STEPS steps on other batches: does top-1 follow the memory's R^2?
   memory-read-more) arm memory-read-more "${CONTINUE[@]/assets\/drafters/runs/moa-ab/memory-read/final}" \
-               --steps "${MORE_STEPS:-1200}" --seed 49 --hyper own_row_reads=true --hyper memory_loss=1 --param-lr-mult lsa.=10 ;;
+               --steps "${MORE_STEPS:-1200}" --seed 49 --hyper own_row_reads=true --hyper memory_loss=1 \
+               --param-lr-mult lsa.=10 ;;
   # memory-read with CA's weights at 10x the rate too (in memory-read CA stayed at 1e-4 and its output shrank to
   # near-constant)
   memory-ca) arm memory-ca "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_loss=1 \
