@@ -74,9 +74,11 @@ LOOKUP_BENCH := eagle2+lookup,moa+lookup,medusa+lookup,amphista+lookup
 SHIPPED_BENCH := --methods ar,pld,$(SHIPPED),$(LOOKUP_BENCH) --max-new-tokens 64 --per-category 2 --threads 2
 
 # The committed benchmark of the shipped drafters: answers, summary.json, model cards, the copying analysis and the
-# traces the app's Draft failures tab opens on (hours on 2 cores; rerun after publishing a drafter)
+# traces the app's Draft failures tab opens on (rerun after publishing a drafter: `make bench-shipped OVERWRITE=1`
+# replaces the committed run; without it the benchmark refuses to write over it)
 bench-shipped: setup
-	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(SHIPPED_BENCH) --out assets/results
+	$(PY) -m analysis.bench --questions assets/prompts/speclens_eval.jsonl $(SHIPPED_BENCH) --out assets/results \
+		$(if $(OVERWRITE),--overwrite)
 	$(PY) -m analysis.cards assets/results/summary.json
 	$(PY) -m analysis.copying --results assets/results --out assets/results/copying.json
 

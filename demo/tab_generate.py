@@ -260,7 +260,7 @@ def build(ctx: AppContext) -> None:
                     partial = "".join(run["pieces"])
                     session["runs"] = [run]
                     yield {chatbot: chat_view(conversation, partial), tokens: tokens_html(run["tokens"], run["pieces"]),
-                           stats: stats_html(run["stats"], source, running=not run["done"]),
+                           stats: stats_html(run["stats"], source, running=True),
                            note: note_html(runtime, name, run["note"]), ctx.session: session}
         finally:  # also runs when the user presses Stop: keep what was written so far
             if run is not None:
@@ -272,8 +272,9 @@ def build(ctx: AppContext) -> None:
         if name == "ar" and run["stats"]["new_tokens"] >= 8:
             session["plain_tps"] = run["stats"]["tokens_per_s"]
         path = write_json_download(trace_for_download(run), f"speclens-trace-{m}")
+        # "generating" leaves the stats only here, with the trace, the figures and the session the other tabs read
         yield {chatbot: chat_view(session["conversation"]), download: gr.update(value=path), **run_figures(run),
-               ctx.session: session}
+               stats: stats_html(run["stats"], source), ctx.session: session}
 
     gen_outputs = [chatbot, msg, tokens, stats, note, download, ex_note, tree_plot, lsa_plot, ctx.session]
     send_event = send.click(

@@ -5,6 +5,7 @@
 #   bash scripts/moa_reference_ab.sh [arm ...]      arms: unchanged own-row mem-norm staircase all scratch
 #                                                   memory-read memory-read-alone memory-ca
 #                                                   memory-norm memory-norm-staircase memory-read-more
+#                                                   memory-read-longer
 # memory-read (our objective, not the reference's): + MoAConfig.memory_loss, a linear readout of each LSA memory row
 # must recover the target's final feature; memory-read-alone continues memory-read's result without the final-feature
 # shortcut, so CA is the only way the verified state reaches the prediction.
@@ -46,6 +47,10 @@ for a in "${@:-unchanged own-row all scratch}"; do for name in $a; do case $name
   memory-read-more) arm memory-read-more "${CONTINUE[@]/assets\/drafters/runs/moa-ab/memory-read/final}" \
                --steps "${MORE_STEPS:-1200}" --seed 49 --hyper own_row_reads=true --hyper memory_loss=1 \
                --param-lr-mult lsa.=10 ;;
+  # the shipped moa (memory-read-more's result, published) trained LONGER_STEPS further on other batches
+  memory-read-longer) arm memory-read-longer "${CONTINUE[@]}" \
+               --steps "${LONGER_STEPS:-2000}" --seed 50 --hyper own_row_reads=true --hyper memory_loss=1 \
+               --param-lr-mult lsa.=10 ;;
   # memory-read with CA's weights at 10x the rate too (in memory-read CA stayed at 1e-4 and its output shrank to
   # near-constant)
   memory-ca) arm memory-ca "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_loss=1 \
@@ -58,6 +63,6 @@ for a in "${@:-unchanged own-row all scratch}"; do for name in $a; do case $name
                --hyper memory_loss=1 --hyper memory_norm=true --hyper staircase=random --hyper staircase_until=0.5 \
                --curriculum-restart --new-param-lr-mult 10 --param-lr-mult lsa.=10 ;;
   *) echo "unknown arm $name (unchanged own-row mem-norm staircase all scratch memory-read memory-read-alone" \
-          "memory-ca memory-norm memory-norm-staircase memory-read-more)" >&2
+          "memory-ca memory-norm memory-norm-staircase memory-read-more memory-read-longer)" >&2
      exit 2 ;;
 esac; done; done

@@ -128,6 +128,25 @@ def _open_tab(page, name: str) -> None:
     page.wait_for_timeout(1500)  # plots render asynchronously
 
 
+def _pick_option(page, elem_id: str, name: str, tries: int = 8) -> None:
+    """Choose a dropdown option whose label starts with `name`. Gradio's dropdown opens its list on focus, and some
+    choices arrive with the event that opening a tab fires: when that update lands on a list just opened, the list
+    closes while the input keeps the focus, and clicks no longer open it. Then blur the input and try again."""
+    box = page.locator(f"#{elem_id} input")
+    for _ in range(tries):
+        box.click()
+        option = page.get_by_role("option", name=name).first
+        try:
+            option.wait_for(state="visible", timeout=5_000)
+        except Exception:  # playwright's TimeoutError
+            box.evaluate("e => e.blur()")
+            page.wait_for_timeout(1_000)
+            continue
+        option.click()
+        return
+    raise AssertionError(f"#{elem_id} never offered an option named {name!r}")
+
+
 def _shot_name(i: int, tab: str) -> str:
     return f"{i:02d}_{tab.lower().replace(' ', '_').replace('-', '_')}.png"
 
@@ -318,8 +337,7 @@ def test_generate_and_every_tab(app_url):
             page.wait_for_function("() => /Cycle [4-9]|Cycle [1-9][0-9]/.test("
                                    "document.querySelector('#player-story').innerText)", timeout=30_000)
             page.locator("#player-play").click()  # pause
-            page.locator("#player-source input").click()
-            page.get_by_role("option", name="Your run").first.click()
+            _pick_option(page, "player-source", "Your run")
             page.wait_for_function("() => /Cycle 1 of|no verification cycles/.test("
                                    "document.querySelector('#player-story').innerText)", timeout=30_000)
             page.locator("#player-source input").click()  # back to the lesson, for the screenshot

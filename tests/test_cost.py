@@ -20,8 +20,10 @@ def test_conditional_rates_and_expected_tau_by_hand():
     assert conditional_rates([0.5, None, 0.2]) == [0.5]
     # chain (width = reference width): tau = 1 + 0.8 + 0.8 * 0.5
     assert expected_tau([0.8, 0.5], 2, 2, 2, 2) == pytest.approx(2.2)
-    # twice the reference width: each level's miss rate is squared
-    assert expected_tau([0.8, 0.5], 2, 4, 2, 2) == pytest.approx(1 + 0.96 + 0.96 * 0.75)
+    # twice the reference width: with alpha = 1 each level's miss rate is squared; with alpha, raised to 2 ** alpha
+    assert expected_tau([0.8, 0.5], 2, 4, 2, 2, alpha=1.0) == pytest.approx(1 + 0.96 + 0.96 * 0.75)
+    c1, c2 = 1 - 0.2 ** (2 ** 0.5), 1 - 0.5 ** (2 ** 0.5)
+    assert expected_tau([0.8, 0.5], 2, 4, 2, 2, alpha=0.5) == pytest.approx(1 + c1 + c1 * c2)
     # deeper than measured: the last rate repeats
     assert expected_tau([0.5], 3, 3, 1, 1) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
     assert expected_tau([], 3, 3, 1, 1) == 1.0

@@ -101,15 +101,16 @@ def test_the_app_serves_your_own_target_and_drafter(tmp_path):
             tb._set_number(page, "max-new", 24)
             page.locator("#prompt-box textarea").fill("what is the capital of france?")
             page.locator("#send-btn").click()
+            # The stats panel reads "tau" before the click lands too (the empty run's cards): wait for tokens as well,
+            # which appear only once the model has loaded and the run streams.
             page.wait_for_function(
                 "() => { const s = document.querySelector('#live-stats'); "
-                "return s && !s.innerText.includes('generating') && s.innerText.includes('tau'); }", timeout=120_000)
+                "return s && !s.innerText.includes('generating') && s.innerText.includes('tau') && "
+                "document.querySelectorAll('#token-stream span.tok').length >= 2; }", timeout=240_000)
             assert str(trained) in page.locator("#drafter-note").inner_text()
-            assert page.locator("#token-stream span.tok").count() >= 2
 
             tb._open_tab(page, "Step by step")
-            page.locator("#player-source input").click()
-            page.get_by_role("option", name="Your run").first.click()
+            tb._pick_option(page, "player-source", "Your run")
             tb._wait_text(page, "#player-story", "Cycle 1 of")
             page.locator("#player-next").click()
             tb._wait_text(page, "#player-story", "Cycle 2 of")

@@ -9,7 +9,7 @@ import torch
 
 from analysis import tree_acceptance as ta
 from core.target import tiny_target
-from core.trees.acceptance import TREE_TABLE, shipped_signature, tree_table
+from core.trees.acceptance import TREE_TABLE, card_acceptance, shipped_signature, tree_table, width_exponent
 from core.trees.choice import choose_tree
 from core.trees.cost_curve import monotone, pass_ms
 from core.trees.draft_tree import DraftTree
@@ -107,6 +107,41 @@ def test_auto_trees_go_by_the_measured_table(tmp_path):
     # drafting = update + (depth - 1) x level, both as measured (this curve's 1-token pass = the probe's)
     row = next(r for r in cpu["grid"] if (r["depth"], r["total_tokens"]) == (3, 10))
     assert row["ms"] == pytest.approx(pass_ms(monotone(STEEP), 11.0) + 2.0 + 2 * 1.0, abs=1e-3)
+
+
+def test_the_width_exponent_is_fitted_to_the_one_level_rows(tmp_path):
+    """n candidates at one level worth n ** 0.5 top-1 chances: the fit finds 0.5; no table, the old model (1.0)."""
+    c, path = 0.4, tmp_path / "t.json"
+    write_table(path, [[1, n, 2.0 - (1.0 - c) ** (n ** 0.5)] for n in (1, 2, 4, 8)] + [[2, 4, 1.9]])
+    assert width_exponent(path) == pytest.approx(0.5, abs=1e-6)
+    assert width_exponent(tmp_path / "none.json") == 1.0
+
+
+def test_a_card_top1_chain_no_longer_looks_near_certain_at_one_wide_level():
+    """A retrained drafter has only its card's acc@k, a top-1 chain (w0 = 1). Counting each extra candidate as a
+    fresh chance (alpha = 1), eight at 43% looked 99% sure, and auto trees grew deep and wide; the exponent fitted
+    to the shipped table counts them as far fewer chances."""
+    from core.trees.choice import expected_tau
+
+    assert width_exponent() < 0.7  # the shipped table: lower-ranked candidates are worth much less than the top one
+    naive, fitted = expected_tau([0.43], 1, 8, 1, 1.0, alpha=1.0), expected_tau([0.43], 1, 8, 1, 1.0)
+    assert naive == pytest.approx(2.0 - 0.57 ** 8) and fitted < 1.8
+    # the largest tree (8 deep, 64 nodes): the shipped drafters measure tau 3.0-3.6 there (tree_acceptance.json)
+    card = card_acceptance({f"acc@{k}": 0.43 for k in range(1, 7)})
+    assert expected_tau([0.43] * 6, 8, 64, card["ref_depth"], card["ref_total"], alpha=1.0) > 6.0
+    assert choose_tree("m", curve=FLAT, acceptance=card, draft_ms_per_level=0.5)["expected_tau"] < 4.5
+
+
+def test_the_width_model_check_compares_each_shipped_card_with_its_table(tmp_path):
+    """analysis.width_model: the fitted exponent predicts the measured taus far better than alpha = 1 does."""
+    from analysis import width_model
+
+    result = width_model.compare(TREE_TABLE)
+    assert "eagle2" in result["methods"]
+    for figures in result["methods"].values():
+        assert figures["fitted"]["mean_abs_error"] < figures["alpha=1"]["mean_abs_error"]
+    width_model.main(["--out", str(tmp_path / "w.json")])
+    assert json.loads((tmp_path / "w.json").read_text())["alpha"] == result["alpha"]
 
 
 def test_the_shipped_table_matches_the_shipped_checkpoints():

@@ -13,6 +13,8 @@ Three sources, in the order core.trees.choice.choose_tree tries them (its module
 from __future__ import annotations
 
 import json
+import math
+from functools import lru_cache
 from pathlib import Path
 
 from core.trees.cost_curve import MAX_AUTO_DEPTH, ROOT
@@ -125,3 +127,30 @@ def card_acceptance(metrics: dict | None) -> dict | None:
         p.append(reach)
     return {"p": p, "ref_depth": len(p), "ref_total": float(len(p)), "draft_ms": None, "verify_ms_1": None,
             "source": "drafter card (held-out acc@k)"}
+
+
+@lru_cache(maxsize=4)
+def width_exponent(path: str | Path | None = None) -> float:
+    """How much a wider tree level helps, fitted to the measured tree table; 1.0 when there is none.
+
+    choose_tree's fallback model treats a level of w nodes, against a reference width w0, as (w / w0) ** alpha
+    independent chances at the rate measured with w0 (core.trees.choice, "Width"). alpha = 1 counts every extra
+    w0-wide slice of candidates as a fresh chance; the table says the lower-ranked candidates are much weaker. From
+    each method's one-level rows, tau(1, 1) = 1 + c and tau(1, n) = 1 + c_n, the slices the n nodes were worth are
+    s_n = ln(1 - c_n) / ln(1 - c), and alpha is the least-squares slope of ln s_n on ln n through the origin."""
+    try:
+        data = json.loads((TREE_TABLE if path is None else Path(path)).read_text())
+        rows = [{(int(d), int(n)): float(t) for d, n, t in m["grid"]} for m in data["methods"].values()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 1.0
+    xy = []
+    for grid in rows:
+        c = grid.get((1, 1), 1.0) - 1.0
+        for (d, n), tau in grid.items():
+            c_n = tau - 1.0
+            if d == 1 and n > 1 and 0.0 < c < 1.0 and c < c_n < 1.0:
+                xy.append((math.log(n), math.log(math.log(1.0 - c_n) / math.log(1.0 - c))))
+    if not xy:
+        return 1.0
+    alpha = sum(x * y for x, y in xy) / sum(x * x for x, _ in xy)
+    return min(1.0, max(0.05, alpha))

@@ -12,8 +12,11 @@ measured acceptance (core.trees.acceptance) against this machine's cost curve (c
   else the drafter card's teacher-forced acc@1..k, a top-1 chain: N0 = D0). Conditional rates
   c[d] = p[d] / p[d-1]; past the last measured depth the last rate repeats.
 * Width. A tree of depth D and N nodes has w = N / D nodes per level; the reference had w0 = N0 / D0.
-  A level of width w catches the right token with c(w) = 1 - (1 - c)^(w / w0): more candidates help, with
-  diminishing returns (each extra w0-wide slice of candidates is treated as an independent chance).
+  A level of width w catches the right token with c(w) = 1 - (1 - c)^((w / w0)^alpha): more candidates help,
+  with diminishing returns. alpha = 1 would count each extra w0-wide slice of candidates as an independent
+  chance; the measured table says lower-ranked candidates are worth far less, and alpha is fitted to its
+  one-level rows (acceptance.width_exponent: about 0.45, so 8 candidates count as 2.6 top-1 chances, not 8).
+  Without this, a drafter judged by its card's top-1 chain (w0 = 1) looked near-certain at one wide level.
 * Expected tau = 1 + sum over d <= D of prod_{j <= d} c_j(w) (the bonus token counts).
 * Cost per cycle = verify pass of 1 + N tokens (this machine's curve) + drafting: a dynamic tree
   (EAGLE-2, MoA) runs the drafter once per level, so D x (draft ms per level); the per-level cost is the
@@ -36,7 +39,7 @@ from pathlib import Path
 
 from core.method_table import static_tree_methods
 from core.target import Target
-from core.trees.acceptance import method_acceptance, tree_table
+from core.trees.acceptance import method_acceptance, tree_table, width_exponent
 from core.trees.cost_curve import CACHE_FILE, MAX_AUTO_DEPTH, MAX_AUTO_TOKENS, curve_for, monotone, pass_ms
 
 STATIC_TREE_METHODS = static_tree_methods()
@@ -57,21 +60,24 @@ def conditional_rates(p_at_least: Sequence[float | None]) -> list[float]:
     return rates
 
 
-def widened(rate: float, width: float, ref_width: float) -> float:
+def widened(rate: float, width: float, ref_width: float, alpha: float = 1.0) -> float:
     """A level's acceptance with `width` candidates, from the rate measured with `ref_width` (c(w) above)."""
-    return 1.0 - (1.0 - rate) ** (max(width, 1e-9) / max(ref_width, 1e-9))
+    return 1.0 - (1.0 - rate) ** ((max(width, 1e-9) / max(ref_width, 1e-9)) ** alpha)
 
 
-def expected_tau(rates: Sequence[float], depth: int, total_tokens: int, ref_depth: int, ref_total: float) -> float:
-    """1 + expected accepted draft tokens of a (depth, total_tokens) dynamic tree under the model above."""
+def expected_tau(rates: Sequence[float], depth: int, total_tokens: int, ref_depth: int, ref_total: float,
+                 alpha: float | None = None) -> float:
+    """1 + expected accepted draft tokens of a (depth, total_tokens) dynamic tree under the model above
+    (alpha: the width exponent; default fitted to the measured table)."""
     if not rates or depth < 1 or total_tokens < 1:
         return 1.0
+    alpha = width_exponent() if alpha is None else alpha
     depth = min(depth, total_tokens)
     width, ref_width = total_tokens / depth, max(1.0, ref_total / max(1, ref_depth))
     tau, reach = 1.0, 1.0
     for d in range(depth):
         rate = rates[min(d, len(rates) - 1)]
-        reach *= widened(rate, width, ref_width)
+        reach *= widened(rate, width, ref_width, alpha)
         tau += reach
     return tau
 
