@@ -128,12 +128,13 @@ def _open_tab(page, name: str) -> None:
     page.wait_for_timeout(1500)  # plots render asynchronously
 
 
-def _pick_option(page, elem_id: str, name: str, tries: int = 8) -> None:
+def _pick_option(page, elem_id: str, name: str, tries: int = 8, tab: str | None = None) -> None:
     """Choose a dropdown option whose label starts with `name`. Gradio's dropdown opens its list on focus, and some
     choices arrive with the event that opening a tab fires: when that update lands on a list just opened, the list
-    closes while the input keeps the focus, and clicks no longer open it. Then blur the input and try again."""
+    closes while the input keeps the focus (blur, try again); when it lands before the lazily drawn tab is drawn,
+    it is lost (open `tab` again, as a user would, to fire the event once more)."""
     box = page.locator(f"#{elem_id} input")
-    for _ in range(tries):
+    for attempt in range(tries):
         box.click()
         option = page.get_by_role("option", name=name).first
         try:
@@ -141,6 +142,11 @@ def _pick_option(page, elem_id: str, name: str, tries: int = 8) -> None:
         except Exception:  # playwright's TimeoutError
             box.evaluate("e => e.blur()")
             page.wait_for_timeout(1_000)
+            if tab and attempt % 2 == 1:
+                other = page.locator("[role=tablist] [role=tab]").first
+                other.click()
+                page.wait_for_timeout(500)
+                _open_tab(page, tab)
             continue
         option.click()
         return

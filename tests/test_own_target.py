@@ -110,7 +110,7 @@ def test_the_app_serves_your_own_target_and_drafter(tmp_path):
             assert str(trained) in page.locator("#drafter-note").inner_text()
 
             tb._open_tab(page, "Step by step")
-            tb._pick_option(page, "player-source", "Your run")
+            tb._pick_option(page, "player-source", "Your run", tab="Step by step")
             tb._wait_text(page, "#player-story", "Cycle 1 of")
             page.locator("#player-next").click()
             tb._wait_text(page, "#player-story", "Cycle 2 of")
