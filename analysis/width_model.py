@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from core.trees.acceptance import TREE_TABLE, card_acceptance, shipped_signature, width_exponent
+from core.trees.acceptance import TREE_TABLE, card_acceptance, shape_grid, shipped_signature, width_exponent
 from core.trees.choice import conditional_rates, expected_tau
 from core.trees.cost_curve import ROOT
 
@@ -34,7 +34,7 @@ def compare(table_path: Path = TREE_TABLE) -> dict:
         if card is None:
             continue
         rates = conditional_rates(card["p"])
-        grid = {(int(d), int(n)): float(t) for d, n, t in row["grid"]}
+        grid = shape_grid(row)
         largest = max(grid, key=lambda s: (s[1], s[0]))
         figures = {}
         for name, a in (("alpha=1", 1.0), ("fitted", alpha)):

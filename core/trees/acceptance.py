@@ -87,6 +87,11 @@ def shipped_signature(method: str) -> str | None:
         return None
 
 
+def shape_grid(row: dict) -> dict[tuple[int, int], float]:
+    """A tree-table row's "grid" ([depth, total_tokens, tau] rows) as {(depth, total_tokens): tau}."""
+    return {(int(d), int(n)): float(t) for d, n, t in row["grid"]}
+
+
 def tree_table(method: str, fingerprint: str | None = None, signature: str | None = None,
                path: str | Path | None = None) -> dict | None:
     """A method's row of the measured tree table (analysis.tree_acceptance) as choose_tree's acceptance:
@@ -97,7 +102,7 @@ def tree_table(method: str, fingerprint: str | None = None, signature: str | Non
     try:
         data = json.loads(path.read_text())
         row = data["methods"][method]
-        grid = {(int(d), int(n)): float(t) for d, n, t in row["grid"]}
+        grid = shape_grid(row)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if fingerprint is not None and data.get("target") != fingerprint:
@@ -140,7 +145,7 @@ def width_exponent(path: str | Path | None = None) -> float:
     s_n = ln(1 - c_n) / ln(1 - c), and alpha is the least-squares slope of ln s_n on ln n through the origin."""
     try:
         data = json.loads((TREE_TABLE if path is None else Path(path)).read_text())
-        rows = [{(int(d), int(n)): float(t) for d, n, t in m["grid"]} for m in data["methods"].values()]
+        rows = [shape_grid(m) for m in data["methods"].values()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return 1.0
     xy = []
