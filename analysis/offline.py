@@ -45,10 +45,12 @@ from core.client_server.client import OFFLINE_MIN_CONFIDENCE
 from core.client_server.network import PRESETS, parse_window
 
 DEFAULT_QUESTIONS = "assets/prompts/speclens_eval.jsonl"
-BOUND_HORIZON = 14  # --bound-from without --horizon: the shipped MoA's trained horizon (its period_max)
+BOUND_HORIZON = 8  # --bound-from without --horizon: the shipped MoA's trained horizon (its period_max)
 RESULTS = Path(__file__).resolve().parent.parent / "assets" / "results"
-SHIPPED_CHANNELS = RESULTS / "moa" / "feature_gain" / "channels-moa.json"  # the shipped moa's probe
-SHIPPED_OFFLINE = RESULTS / "moa" / "long_horizon" / "offline-horizon-shipped.json"  # its 16-prompt offline run
+# the shipped moa's memory probe (analysis.moa_channels --probe) and its 16-prompt offline run at cut-offs 0 and 0.1:
+# both are redone when a MoA drafter is published (docs/RESULTS.md, "Offline")
+SHIPPED_CHANNELS = RESULTS / "moa" / "offline" / "shipped-probe.json"
+SHIPPED_OFFLINE = RESULTS / "moa" / "offline" / "offline-shipped.json"
 TEACHER_FORCED = RESULTS / "teacher_forced.json"  # every drafter's held-out top-1 (analysis.teacher_forced)
 
 

@@ -5,7 +5,7 @@
 #   bash scripts/moa_reference_ab.sh [arm ...]      arms: unchanged own-row mem-norm staircase all scratch
 #                                                   memory-read memory-read-alone memory-ca
 #                                                   memory-norm memory-norm-staircase memory-read-more
-#                                                   memory-read-longer
+#                                                   memory-read-longer short-period
 # memory-read (our objective, not the reference's): + MoAConfig.memory_loss, a linear readout of each LSA memory row
 # must recover the target's final feature; memory-read-alone continues memory-read's result without the final-feature
 # shortcut, so CA is the only way the verified state reaches the prediction.
@@ -47,10 +47,17 @@ for a in "${@:-unchanged own-row all scratch}"; do for name in $a; do case $name
   memory-read-more) arm memory-read-more "${CONTINUE[@]/assets\/drafters/runs/moa-ab/memory-read/final}" \
                --steps "${MORE_STEPS:-1200}" --seed 49 --hyper own_row_reads=true --hyper memory_loss=1 \
                --param-lr-mult lsa.=10 ;;
-  # the shipped moa (memory-read-more's result, published) trained LONGER_STEPS further on other batches
+  # the shipped moa (memory-read-more's result, published) trained LONGER_STEPS further on other batches (it continues
+  # assets/drafters/moa, which short-period has since replaced: check out commit 29b472a to rerun it as it ran)
   memory-read-longer) arm memory-read-longer "${CONTINUE[@]}" \
                --steps "${LONGER_STEPS:-2000}" --seed 50 --hyper own_row_reads=true --hyper memory_loss=1 \
                --param-lr-mult lsa.=10 ;;
+  # memory-read-longer's result (assets/candidates/moa@longer) verified every 2-8 positions instead of 6-14: trees
+  # on a CPU are 1-3 levels deep, so most of the 6-14 objective trains distances that decoding never drafts; does
+  # top-1 at distance 1 follow when a quarter of the rows, not a tenth, sit there?
+  short-period) arm short-period "${CONTINUE[@]/assets\/drafters/assets/candidates/moa@longer}" \
+               --steps "${SHORT_STEPS:-1800}" --seed 51 --hyper own_row_reads=true --hyper memory_loss=1 \
+               --hyper period_min=2 --hyper period_max=8 --param-lr-mult lsa.=10 ;;
   # memory-read with CA's weights at 10x the rate too (in memory-read CA stayed at 1e-4 and its output shrank to
   # near-constant)
   memory-ca) arm memory-ca "${CONTINUE[@]}" --hyper own_row_reads=true --hyper memory_loss=1 \
@@ -63,6 +70,6 @@ for a in "${@:-unchanged own-row all scratch}"; do for name in $a; do case $name
                --hyper memory_loss=1 --hyper memory_norm=true --hyper staircase=random --hyper staircase_until=0.5 \
                --curriculum-restart --new-param-lr-mult 10 --param-lr-mult lsa.=10 ;;
   *) echo "unknown arm $name (unchanged own-row mem-norm staircase all scratch memory-read memory-read-alone" \
-          "memory-ca memory-norm memory-norm-staircase memory-read-more memory-read-longer)" >&2
+          "memory-ca memory-norm memory-norm-staircase memory-read-more memory-read-longer short-period)" >&2
      exit 2 ;;
 esac; done; done

@@ -53,7 +53,8 @@ def test_ablation_reads_each_checkpoints_architecture():
     arch = moa_ablation.architecture(folder)
     assert arch == {"lsa": "narrow (128)", "ca_mlp": True, "ca_window": cfg["ca_window"] or "all",
                     "final_feature": cfg.get("final_feature", False),
-                    "final_feature_gain": cfg.get("final_feature_gain", 1.0), "tli": 0, "period": "6-14",
+                    "final_feature_gain": cfg.get("final_feature_gain", 1.0), "tli": 0,
+                    "period": f"{cfg['period_min']}-{cfg['period_max']}",
                     "staircase": "window"}
     assert moa_ablation.final_feature_cell(arch) == "yes (x32)"  # the shipped drafter: its final feature at gain 32
     assert moa_ablation.final_feature_cell({**arch, "final_feature_gain": 1.0}) == "yes"

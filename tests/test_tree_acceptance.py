@@ -160,11 +160,21 @@ def test_compare_trees_reads_shapes_and_refuses_bad_ones(capsys):
     spec = importlib.util.spec_from_file_location("compare_trees", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.parse_shapes(["eagle2=2/15,2/6", "moa=1/8", "eagle2=3/9"]) == {
-        "eagle2": [(2, 15), (2, 6), (3, 9)], "moa": [(1, 8)]}
-    for bad in ("eagle2", "eagle2=2", "eagle2=3/2", "=1/8", "moa=0/4", "moa=a/b"):
-        with pytest.raises(ValueError, match="METHOD=DEPTH/NODES"):
+    assert mod.parse_shapes(["eagle2=2/15,2/6", "moa=auto,1/8", "eagle2=3/9"]) == {
+        "eagle2": [(2, 15), (2, 6), (3, 9)], "moa": ["auto", (1, 8)]}
+    for bad in ("eagle2", "eagle2=2", "eagle2=3/2", "=1/8", "moa=0/4", "moa=a/b", "moa=Auto"):
+        with pytest.raises(ValueError, match="METHOD=SHAPE"):
             mod.parse_shapes([bad])
     assert mod.main(["--shape", "medusa=2/6", "--out", "unused"]) == 2  # before any model loads
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "'medusa' does not draft a dynamic tree" in err
+    # auto against the fastest fixed shape of the same run, and the shape auto's trial kept
+    from types import SimpleNamespace
+
+    rates = {"moa@auto": 50.0, "moa@d1-4": 52.0, "moa@d2-6": 48.0, "eagle2@d1-4": 60.0}
+    summary = {"methods": {k: {"overall": {"tokens_per_s": v}} for k, v in rates.items()}}
+    trial = {"winner": {"depth": 1, "total_tokens": 4}}
+    drafters = {"moa@auto": SimpleNamespace(tree_choice={"trial": trial})}
+    got = mod.auto_against_fixed({"moa": ["auto", (1, 4), (2, 6)], "eagle2": [(1, 4)]}, summary, drafters)
+    assert list(got) == ["moa"] and got["moa"]["fastest_fixed"] == "moa@d1-4"
+    assert got["moa"]["auto_over_fastest"] == pytest.approx(50 / 52) and got["moa"]["trial"] == trial

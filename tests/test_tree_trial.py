@@ -16,9 +16,14 @@ def grid_choice() -> dict:
     return {"method": "eagle2", "depth": 3, "total_tokens": 8, "grid": rows}
 
 
-def test_candidates_are_the_pick_and_the_best_one_and_two_level_shapes():
+def test_candidates_are_the_pick_the_best_one_and_two_level_shapes_and_a_wider_or_narrower_pick():
     assert candidates(grid_choice()) == [(3, 8), (1, 4), (2, 5)]
-    assert candidates({**grid_choice(), "depth": 2, "total_tokens": 5}) == [(2, 5), (1, 4)]
+    assert candidates({**grid_choice(), "depth": 2, "total_tokens": 5}) == [(2, 5), (1, 4)]  # 2/6: one node off
+    # two shapes only: a third at the pick's depth, at least NODE_STEP nodes away (the best predicted such)
+    wider = {**grid_choice(), "grid": grid_choice()["grid"] + [{"depth": 2, "total_tokens": 7, "tokens_per_s": 44.5},
+                                                               {"depth": 2, "total_tokens": 3, "tokens_per_s": 44.0}]}
+    assert candidates({**wider, "depth": 2, "total_tokens": 5}) == [(2, 5), (1, 4), (2, 7)]
+    assert candidates(wider) == [(3, 8), (1, 4), (2, 5)]  # already three
     assert candidates({"depth": None, "grid": []}) == []
 
 

@@ -6,7 +6,9 @@ curve. On a busy 2-core CPU it misses what decoding shows: one-level trees ran a
 model's two-level pick (docs/RESULTS.md, "Auto trees"), because the verify step grows faster with the tree than
 the curve says and the evaluation prompts lose more of the deeper levels' gain. So the model only proposes:
 
-    candidates   the model's pick, and the model's best shape of each depth 1 and 2 (2-3 distinct shapes);
+    candidates   the model's pick, and the model's best shape of each depth 1 and 2; when that makes only two,
+                 also its best shape at the pick's depth with at least NODE_STEP more or fewer nodes (the
+                 verify step can rise within a few nodes, where the timed curve has no point), so 2-3 shapes;
     trial        cycle i drafts with candidate i mod k, for TRIAL_CYCLES_PER_SHAPE cycles each, and books
                  what the cycle appended (accepted drafts + the bonus token) and the seconds it took
                  (drafting + verification, as core.decoding times them);
@@ -25,22 +27,32 @@ from dataclasses import dataclass, field
 
 TRIAL_CYCLES_PER_SHAPE = 96  # with 3 shapes, about 300 cycles: a few questions of a benchmark
 TRIAL_MARGIN = 0.02  # another shape must measure 2% more tokens/s than the model's pick to replace it
+NODE_STEP = 2  # a third candidate differs from the pick by at least this many nodes
+MAX_CANDIDATES = 3
 
 Shape = tuple[int, int]  # (depth, total_tokens)
 
 
 def candidates(choice: dict) -> list[Shape]:
-    """The shapes to try: the choice's own, then the best predicted shape at depth 1 and at depth 2 of its grid."""
+    """The shapes to try: the choice's own, the best predicted shape at depth 1 and at depth 2 of its grid, and,
+    if that makes fewer than MAX_CANDIDATES, the best at the pick's depth at least NODE_STEP nodes from it."""
     out: list[Shape] = []
+    grid = choice.get("grid") or ()
+
+    def best(rows) -> None:
+        if rows and len(out) < MAX_CANDIDATES:
+            row = max(rows, key=lambda r: r["tokens_per_s"])
+            shape = (int(row["depth"]), int(row["total_tokens"]))
+            if shape not in out:
+                out.append(shape)
+
     if choice.get("depth") is not None:
         out.append((int(choice["depth"]), int(choice["total_tokens"])))
     for depth in (1, 2):
-        rows = [r for r in choice.get("grid") or () if r["depth"] == depth]
-        if rows:
-            best = max(rows, key=lambda r: r["tokens_per_s"])
-            shape = (int(best["depth"]), int(best["total_tokens"]))
-            if shape not in out:
-                out.append(shape)
+        best([r for r in grid if r["depth"] == depth])
+    if out:
+        d, n = out[0]
+        best([r for r in grid if r["depth"] == d and abs(r["total_tokens"] - n) >= NODE_STEP])
     return out
 
 
