@@ -45,13 +45,25 @@ from core.client_server.client import OFFLINE_MIN_CONFIDENCE
 from core.client_server.network import PRESETS, parse_window
 
 DEFAULT_QUESTIONS = "assets/prompts/speclens_eval.jsonl"
-BOUND_HORIZON = 8  # --bound-from without --horizon: the shipped MoA's trained horizon (its period_max)
 RESULTS = Path(__file__).resolve().parent.parent / "assets" / "results"
 # the shipped moa's memory probe (analysis.moa_channels --probe) and its 16-prompt offline run at cut-offs 0 and 0.1:
 # both are redone when a MoA drafter is published (docs/RESULTS.md, "Offline")
 SHIPPED_CHANNELS = RESULTS / "moa" / "offline" / "shipped-probe.json"
 SHIPPED_OFFLINE = RESULTS / "moa" / "offline" / "offline-shipped.json"
 TEACHER_FORCED = RESULTS / "teacher_forced.json"  # every drafter's held-out top-1 (analysis.teacher_forced)
+
+
+def shipped_horizon() -> int:
+    """--bound-from's default horizon: the shipped MoA's trained horizon (its config's period_max), read without
+    loading the drafter; the MoA default where no drafter is shipped."""
+    from core.drafters.moa_config import MoAConfig
+    from core.methods import default_drafter_folder
+
+    try:
+        meta = json.loads((default_drafter_folder("moa") / "config.json").read_text())
+        return int(meta["config"]["period_max"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return MoAConfig.period_max
 
 
 def pick_questions(path: str | Path, n: int) -> list[dict]:
@@ -342,7 +354,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise checks.UsageError(f"--bound-from {args.bound_from}: no such file; give the channels JSON that "
                                     f"analysis.moa_channels writes")
         read_top1_by_distance(args.bound_from)
-        horizon = args.horizon or BOUND_HORIZON
+        horizon = args.horizon or shipped_horizon()
         if not (math.isfinite(args.per_drop) and 0 < args.per_drop < horizon):
             raise checks.UsageError(f"--per-drop must lie between 0 and the horizon ({horizon}), "
                                     f"got {args.per_drop:g}")
@@ -351,7 +363,7 @@ def check_args(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.bound_from is not None:
-        print(json.dumps(bound(args.bound_from, args.horizon or BOUND_HORIZON, args.per_drop)))
+        print(json.dumps(bound(args.bound_from, args.horizon or shipped_horizon(), args.per_drop)))
         return 0
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)  # before the run: never lose its output

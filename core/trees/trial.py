@@ -36,23 +36,22 @@ Shape = tuple[int, int]  # (depth, total_tokens)
 def candidates(choice: dict) -> list[Shape]:
     """The shapes to try: the choice's own, the best predicted shape at depth 1 and at depth 2 of its grid, and,
     if that makes fewer than MAX_CANDIDATES, the best at the pick's depth at least NODE_STEP nodes from it."""
-    out: list[Shape] = []
     grid = choice.get("grid") or ()
 
-    def best(rows) -> None:
-        if rows and len(out) < MAX_CANDIDATES:
-            row = max(rows, key=lambda r: r["tokens_per_s"])
-            shape = (int(row["depth"]), int(row["total_tokens"]))
-            if shape not in out:
-                out.append(shape)
+    def best(rows: list[dict]) -> Shape | None:
+        row = max(rows, key=lambda r: r["tokens_per_s"], default=None)
+        return None if row is None else (int(row["depth"]), int(row["total_tokens"]))
 
-    if choice.get("depth") is not None:
-        out.append((int(choice["depth"]), int(choice["total_tokens"])))
-    for depth in (1, 2):
-        best([r for r in grid if r["depth"] == depth])
-    if out:
+    pick = None if choice.get("depth") is None else (int(choice["depth"]), int(choice["total_tokens"]))
+    out: list[Shape] = []
+    for shape in (pick, *(best([r for r in grid if r["depth"] == d]) for d in (1, 2))):
+        if shape is not None and shape not in out:
+            out.append(shape)
+    if out and len(out) < MAX_CANDIDATES:
         d, n = out[0]
-        best([r for r in grid if r["depth"] == d and abs(r["total_tokens"] - n) >= NODE_STEP])
+        third = best([r for r in grid if r["depth"] == d and abs(r["total_tokens"] - n) >= NODE_STEP])
+        if third is not None and third not in out:
+            out.append(third)
     return out
 
 
