@@ -67,6 +67,7 @@ from core.decoding import generate
 from core.drafters.base import Drafter
 from core.drafters.checkpoint import json_kind
 from core.methods import BASELINE
+from core.static_pass import PASS_MODES
 from core.target import Target, add_dtype_argument
 from core.verify import SamplingConfig
 
@@ -280,6 +281,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="auto: each drafter's tree sized for this machine (the default everywhere); fixed: the "
                         "tree stored in each checkpoint, the same for every dynamic-tree method (compare tau)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--passes", choices=PASS_MODES, default="auto",
+                   help="how the target's verify passes run (core.static_pass): auto = captured CUDA graphs on a "
+                        "GPU, eager on a CPU; eager; static (fixed buffers, no capture); captured (CUDA only)")
     p.add_argument("--no-record", action="store_true", help="skip step traces (no failure analysis)")
     p.add_argument("--no-warmup", action="store_true")
     p.add_argument("--model-id", default=None, help="model_id prefix in the answer files")
@@ -313,6 +317,7 @@ def check_args(args: argparse.Namespace, labels: Sequence[str], specs: Mapping[s
         if value is not None:
             checks.check_int_range(value, flag, 1)
     checks.check_device(args.device)
+    checks.check_passes(args.passes, args.device)
     checks.check_target(args.target)
     if args.drafter_dir is not None and not Path(args.drafter_dir).is_dir():
         raise checks.UsageError(f"--drafter-dir {args.drafter_dir}: no such folder")
@@ -426,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         print(f"loading target ({args.dtype})...", file=sys.stderr)
         target = checks.load_target_cleanly(args.target, args.dtype, args.device)
+        target.pass_mode = args.passes
         check_context(target, questions, args.max_new_tokens, args.questions)
         drafters, sources = build_drafters(target, labels, specs, args.drafter_dir)
         if args.trees == "fixed":
@@ -436,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # the questions file cannot be read
         return checks.report(f"{err.filename or args.questions}: {err.strerror or err}")
     meta = {"questions_file": str(args.questions), "drafters": sources, "tree_mode": args.trees,
+            "passes": checks.check_passes(args.passes, args.device),
             "command": "python -m analysis.bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))}
     if args.resume:
         try:

@@ -276,6 +276,17 @@ def check_drafter_folder(spec: str | None, flag: str = "--drafter") -> str | Non
     return spec
 
 
+def check_passes(mode: str, device: str, flag: str = "--passes") -> str:
+    """The verify-pass mode (core.static_pass) for this device: the mode it resolves to, or a one-line error."""
+    from core.static_pass import resolve_pass_mode
+    from core.target import resolve_device
+
+    try:
+        return resolve_pass_mode(mode, resolve_device(device))
+    except ValueError as err:
+        raise UsageError(f"{flag} {mode}: {err}") from None
+
+
 def check_device_and_threads(device: str, threads: int | None) -> None:
     """The `--device` / `--threads` pair every measuring script takes (checked before any model loads)."""
     check_device(device)

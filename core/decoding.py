@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from core.drafters.base import Drafter, Verified, select_rows
+from core.static_pass import acquire, release, resolve_pass_mode
 from core.target import Target
 from core.trees.draft_tree import DraftTree
 from core.verify import SamplingConfig, sample, target_probs, verify_tree
@@ -194,9 +195,32 @@ def generate_stream(
         gen = torch.Generator(device=target.device)
         gen.manual_seed(sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**31, ())))
     needs = drafter.needs
+    capacity = len(prompt_ids) + max_new_tokens + 64
+    passes = None  # the verify passes on fixed buffers, captured on a GPU (core.static_pass; Target.pass_mode)
+    if resolve_pass_mode(target.pass_mode, target.device) != "eager":
+        passes = acquire(target, target.pass_mode, capacity)
+    cache = passes.cache if passes is not None else target.new_cache(capacity=capacity)
+
+    def verify_pass(ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None):
+        if passes is not None:
+            return passes(ids, positions, mask, needs.hidden_layers, needs.layer_kv)
+        return target.forward(ids, positions, cache, tree_mask=mask, hidden_layers=needs.hidden_layers,
+                              return_layer_kv=needs.layer_kv)
+
+    try:
+        yield from _cycles(target, drafter, prompt_ids, max_new_tokens, sampling, record, hooks, stop, gen, cache,
+                           verify_pass)
+    finally:
+        if passes is not None:
+            release(passes)
+
+
+def _cycles(target, drafter, prompt_ids, max_new_tokens, sampling, record, hooks, stop, gen, cache,
+            verify_pass) -> Iterator[StepEvent]:
+    """generate_stream's prefill and cycles over the given cache and verify pass."""
+    needs = drafter.needs
     dev = target.device
     prompt = torch.tensor(list(prompt_ids), dtype=torch.long, device=dev)
-    cache = target.new_cache(capacity=len(prompt_ids) + max_new_tokens + 64)
 
     # Prefill: the first token comes from the prompt's last position.
     t0 = time.perf_counter()
@@ -231,8 +255,7 @@ def generate_stream(
         ids = torch.cat([torch.tensor([root], device=dev), tree.tokens.to(dev)])
         positions = past + torch.cat([torch.zeros(1, dtype=torch.long), tree.depths()]).to(dev)
         mask = tree.attention_mask().to(dev) if len(tree) else None
-        out = target.forward(ids, positions, cache, tree_mask=mask, hidden_layers=needs.hidden_layers,
-                             return_layer_kv=needs.layer_kv)
+        out = verify_pass(ids, positions, mask)
         logits = out.logits[0]
         accepted, bonus = verify_tree(tree, logits, sampling, gen)
         kept = torch.tensor([0] + [a + 1 for a in accepted], dtype=torch.long, device=dev)

@@ -150,6 +150,7 @@ class Target:
         self.fused_layers()
         self.eos_token_ids = self._stop_tokens()
         self.fingerprint = self._fingerprint()
+        self.pass_mode = "auto"  # how decoding runs its verify passes: core.static_pass.PASS_MODES
 
     # ----- the fused layers ----------------------------------------------------------------------
     def _weights_key(self) -> tuple:

@@ -65,7 +65,7 @@ def test_summary_and_card_acceptance(tmp_path):
 
 def test_tiny_target_uses_the_fixed_model_and_is_never_timed(monkeypatch):
     target = tiny_target()
-    monkeypatch.setattr(cost_curve, "_time_sizes", lambda *a, **k: pytest.fail("the tiny target must not be timed"))
+    monkeypatch.setattr(cost_curve, "time_pass_sizes", lambda *a, **k: pytest.fail("the tiny target must not be timed"))
     assert curve_for(target)["fixed"] is True
     choice = choose_tree("eagle2", target)
     assert choice["curve"]["fixed"] and (choice["depth"] is None or choice["depth"] >= 1)

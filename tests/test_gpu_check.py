@@ -57,10 +57,36 @@ def test_cpu_dry_run_runs_every_stage_and_writes_the_report(tmp_path):
     env = {**os.environ, "SPECLENS_COST_MODEL": "fixed"}  # no timing of the cost curve in a test
     done = subprocess.run([sys.executable, "scripts/gpu_check.py", "--device", "cpu", "--methods", "ar,pld",
                            "--questions", "1", "--max-new-tokens", "4", "--lossless-tokens", "8",
-                           "--lossless-prompts", "1", "--skip-train", "--out", str(tmp_path)],
+                           "--lossless-prompts", "1", "--pass-repeats", "1", "--skip-train", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert report["lossless"]["ok"] and report["lossless"]["result"]["per_method"]["pld"]["identical"] == 1
-    assert report["benchmark"]["ok"] and {r["method"] for r in report["benchmark"]["result"]["table"]} == {"ar", "pld"}
+    assert report["passes_compared"] == ["eager", "static"]  # fixed buffers stand in for captured passes
+    for mode in ("eager", "static"):
+        row = report["passes"]["result"]["modes"][mode]
+        assert set(row["pass_ms"]) == {"1", "2", "4", "8", "16", "32", "64"} and row["step_over_pass"] > 0
+    lossless = report["lossless"]["result"]
+    assert report["lossless"]["ok"] and lossless["passes"] == "static"
+    assert lossless["per_method"]["pld"]["identical"] == lossless["per_method"]["ar"]["identical"] == 1
+    for mode in ("static", "eager"):
+        bench = report[f"benchmark_{mode}"]
+        assert bench["ok"] and bench["result"]["passes"] == mode
+        assert {r["method"] for r in bench["result"]["table"]} == {"ar", "pld"}
+    assert set(report["bars"]) == {"pass <= 3x floor", "plain step <= 1.2x pass", "every method faster than plain",
+                                   "eagle2 and moa >= 1.5x"}
     assert report["train_smoke"]["result"] == "skipped (--skip-train)"
+
+
+def test_a_spent_budget_skips_the_later_stages_and_says_so(tmp_path, monkeypatch, capsys):
+    mod = _module()
+    monkeypatch.setattr(mod, "cuda_available", lambda: True)
+    calls = []
+    monkeypatch.setattr(mod, "pass_times", lambda *a, **k: calls.append("passes") or {"modes": {}})
+    monkeypatch.setattr(mod, "lossless", lambda *a, **k: pytest.fail("over budget: must not run"))
+    clock = iter([0.0, 0.0, 0.0, 10_000.0] + [10_000.0] * 50)
+    monkeypatch.setattr(mod.time, "time", lambda: next(clock))
+    monkeypatch.setattr("torch.cuda.get_device_name", lambda i=0: "a test GPU")
+    assert mod.main(["--out", str(tmp_path), "--budget-s", "60", "--skip-train"]) == 1
+    report = __import__("json").loads((tmp_path / "gpu_check.json").read_text())
+    assert calls == ["passes"] and report["lossless"]["result"] == "skipped: --budget-s 60 spent"
+    assert "SKIPPED, --budget-s 60 is spent" in capsys.readouterr().out

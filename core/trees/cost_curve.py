@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from core.layers import linear
+from core.static_pass import acquire, release, resolve_pass_mode
 from core.target import Target, cpu_flags
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,6 +84,8 @@ def machine_key(target: Target) -> str:
     """The cache key of a curve: CPU model and instructions, torch version, dtype, device, target fingerprint."""
     dtype = str(target.dtype).replace("torch.", "")
     packed = " | packed matmuls" if target.packed_matmuls else ""
+    mode = resolve_pass_mode(target.pass_mode, target.device)
+    packed += f" | {mode} passes" if mode != "eager" else ""  # eager keys stay as they were before the modes
     cpu = f"{cpu_model()} ({cpu_isa()})" if target.device.type == "cpu" else cpu_model()
     return (f"{cpu} | torch {torch.__version__} | {dtype} | {target.device} | {target.fingerprint} | "
             f"{PASS_VERSION}{packed}")
@@ -97,14 +100,26 @@ def _read_cache(path: Path) -> dict:
 
 
 @torch.no_grad()
-def _time_sizes(target: Target, sizes: Sequence[int], repeats: int, context: int) -> list[float]:
+def time_pass_sizes(target: Target, sizes: Sequence[int], repeats: int, context: int) -> list[float]:
+    """Median ms of one verify pass of each size (a chain of new tokens over a `context`-token cache), run as
+    decoding runs it (`Target.pass_mode`)."""
     dev = target.device
     context = max(1, min(context, target.max_positions - max(sizes)))  # stay inside the model's positions
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(2, target.vocab_size, (context + max(sizes),), generator=gen).to(dev)
-    cache = target.new_cache(capacity=context + max(sizes) + 8)
+    passes = None  # the verify passes as decoding runs them (Target.pass_mode: eager, or fixed buffers)
+    if resolve_pass_mode(target.pass_mode, dev) != "eager":
+        passes = acquire(target, target.pass_mode, context + max(sizes) + 8)
+    cache = passes.cache if passes is not None else target.new_cache(capacity=context + max(sizes) + 8)
     target.forward(ids[:context], cache=cache)  # the context: a KV cache of `context` tokens
     masks = {n: torch.ones(n, n, dtype=torch.bool, device=dev).tril() for n in sizes}  # chains: the cheapest
+    steps = {n: torch.arange(context, context + n, device=dev) for n in sizes}
+
+    def one_pass(n: int) -> None:
+        if passes is None:
+            target.forward(ids[context:context + n], cache=cache, tree_mask=masks[n])
+        else:
+            passes(ids[context:context + n], steps[n], masks[n])
     times: dict[int, list[float]] = {n: [] for n in sizes}
     # Rounds over all sizes rather than all repeats of one size, then the next: a shared machine's slow spells
     # then fall on every size alike instead of bending the curve (one size timed 40% high made 1 token dearer
@@ -112,12 +127,14 @@ def _time_sizes(target: Target, sizes: Sequence[int], repeats: int, context: int
     for r in range(repeats + 1):
         for n in sizes:
             t0 = time.perf_counter()
-            target.forward(ids[context:context + n], cache=cache, tree_mask=masks[n])
+            one_pass(n)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             if r:
                 times[n].append(time.perf_counter() - t0)
             cache.crop(context)
+    if passes is not None:
+        release(passes)
     return [1000.0 * statistics.median(times[n]) for n in sizes]
 
 
@@ -140,7 +157,7 @@ def measure_cost_curve(target: Target, sizes: Sequence[int] = DEFAULT_SIZES, rep
     hit = cached.get(key)
     if not refresh and isinstance(hit, dict) and hit.get("sizes") == sizes and hit.get("context") == context:
         return hit
-    ms = _time_sizes(target, sizes, repeats, context)
+    ms = time_pass_sizes(target, sizes, repeats, context)
     curve = {"key": key, "cpu": cpu_model(), "torch": torch.__version__,
              "dtype": str(target.dtype).replace("torch.", ""), "device": str(target.device),
              "target": target.fingerprint, "context": context, "repeats": repeats, "sizes": sizes,
