@@ -116,6 +116,7 @@ class StaticPasses:
         self.cache.length = 0
 
     # ----- one cycle ---------------------------------------------------------------------------
+    @torch.no_grad()
     def fill(self, bucket: int, ids: torch.Tensor, positions: torch.Tensor,
              tree_mask: torch.Tensor | None) -> None:
         """Write a pass's inputs into the bucket's buffers (the padding rows: token 0 at the root's position,
@@ -134,6 +135,7 @@ class StaticPasses:
             tree[:t, :t] = torch.ones(t, t, dtype=torch.bool, device=tree.device).tril()
         buf["past"].fill_(past)
 
+    @torch.no_grad()
     def run_filled(self, bucket: int, hidden_layers: tuple[int, ...], layer_kv: bool) -> dict:
         """The pass over the bucket's buffers: replayed from its graph when capturing, else run."""
         if not self.capture:
@@ -149,6 +151,7 @@ class StaticPasses:
         replay()
         return outputs
 
+    @torch.no_grad()
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, tree_mask: torch.Tensor | None,
                  hidden_layers: Sequence[int] = (), layer_kv: bool = False) -> TargetOutput:
         """One verify pass of T tokens (ids [T], positions [T], tree_mask bool [T, T] or None for causal),
@@ -207,6 +210,122 @@ class StaticPasses:
         self.target.rope(torch.zeros(1, 1, dtype=torch.long, device=self.target.device))
 
 
+class StaticLevels:
+    """A dynamic-tree drafter's drafting levels on fixed buffers (the drafter's side of the static cycle).
+
+    A level runs the frontier's m nodes (m <= `width`, padded to it) through the drafter's own layer on top of
+    its KV cache: each node reads the output feature of its parent slot, sees the verified prefix and its
+    expanded ancestors (core.drafters.dynamic_tree's slots), and its keys go to slot r + first + i. Here the
+    cache has a fixed capacity, the slots' outputs live in one `pool` buffer (row 0: the root's feature, row
+    1 + s: slot s), and the mask is built on the device from `past` and the level's slot mask, so a level is
+    one replay. `layer(feats, tokens, positions, bias, writes) -> output features` is the drafter's own
+    arithmetic, the same it runs eagerly (`writes` is the KV cache's `append` for its one layer); the
+    projection onto the drafting vocabulary stays outside (its width follows the conversation).
+    """
+
+    def __init__(self, target: Target, layer: Callable, width: int, max_slots: int, capacity: int, hidden: int,
+                 dtype: torch.dtype, capture: bool = False, graph_maker: Callable | None = None) -> None:
+        dev = target.device
+        self.layer, self.width, self.capture = layer, width, capture
+        self.graph_maker = graph_maker or cuda_graph
+        self.window = max_slots + width  # slot columns a level may touch (the last level's padding included)
+        self.cache = KVCache(1, target.kv_heads, target.head_dim, capacity, dtype=dtype, device=dev)
+        self.pool = torch.zeros(1 + self.window, hidden, dtype=dtype, device=dev)
+        self.columns = torch.arange(capacity, device=dev)
+        self.n_rep = target.n_heads // target.kv_heads
+        self.inputs = {"tokens": torch.zeros(1, width, dtype=torch.long, device=dev),
+                       "parents": torch.zeros(width, dtype=torch.long, device=dev),  # pool rows to read
+                       "positions": torch.zeros(1, width, dtype=torch.long, device=dev),
+                       "slots": torch.zeros(width, self.window, dtype=torch.bool, device=dev),
+                       "past": torch.zeros(1, dtype=torch.long, device=dev),
+                       "first": torch.zeros(1, dtype=torch.long, device=dev),
+                       "steps": torch.arange(width, device=dev)}
+        self.graph: tuple | None = None
+        self._buffer_at = self.cache.buffer.data_ptr()
+
+    def fits(self, width: int, depth: int) -> bool:
+        """Whether a tree of this width and depth drafts within these buffers."""
+        return width <= self.width and (depth - 1) * width + self.width <= self.window
+
+    @torch.no_grad()
+    def level(self, tokens: torch.Tensor, parent_slots: torch.Tensor, depths: torch.Tensor, mask: torch.Tensor,
+              first_slot: int) -> torch.Tensor:
+        """Output features [m, H] of one level (the arguments of core.drafters.dynamic_tree.Expansion); the
+        verified prefix is `cache.length` entries long and stays so."""
+        m, e = tokens.numel(), mask.shape[1]
+        if m > self.width or e > self.window or self.cache.length + self.window > self.cache.capacity:
+            raise ValueError(f"a level of {m} nodes over {e} slots does not fit these static levels")
+        buf, dev = self.inputs, self.pool.device
+        r = self.cache.length
+        buf["tokens"].zero_()
+        buf["tokens"][0, :m] = tokens.to(dev)
+        buf["parents"].zero_()
+        buf["parents"][:m] = parent_slots.to(dev) + 1
+        buf["positions"].fill_(r)
+        buf["positions"][0, :m] = r + depths.to(dev) - 1
+        slots = buf["slots"]
+        slots.zero_()
+        slots[:m, :e] = mask.to(dev)
+        pad = torch.arange(m, self.width, device=dev)
+        slots[pad, first_slot + pad] = True  # padding rows see only themselves
+        buf["past"].fill_(r)
+        buf["first"].fill_(first_slot)
+        if self.cache.buffer.data_ptr() != self._buffer_at:  # the cache grew: a graph holds the old buffer
+            self.graph, self._buffer_at = None, self.cache.buffer.data_ptr()
+        if not self.capture:
+            out = self._level()
+        else:
+            if self.graph is None:
+                try:
+                    self.graph = self.graph_maker(self._level)
+                except RuntimeError as err:
+                    capture_fallback(self, err)
+                    return self._level()[:m]
+            replay, out = self.graph
+            replay()
+        return out[:m].clone() if self.capture else out[:m]
+
+    def _level(self) -> torch.Tensor:
+        buf = self.inputs
+        rel = self.columns - buf["past"]
+        in_window = (rel >= 0) & (rel < self.window)
+        allowed = (rel < 0) | (buf["slots"][:, rel.clamp(0, self.window - 1)] & in_window)
+        bias = torch.zeros(allowed.shape, dtype=self.cache.buffer.dtype,
+                           device=allowed.device).masked_fill_(~allowed, float("-inf"))
+        bias = bias[None, None].repeat(1, 1, self.n_rep, 1) if self.n_rep > 1 else bias[None, None]
+        writes = _Writes(self.cache, buf["past"] + buf["first"] + buf["steps"])
+        feats = self.pool[buf["parents"]][None]
+        out = self.layer(feats, buf["tokens"], buf["positions"], bias, writes)[0]
+        self.pool.index_copy_(0, 1 + buf["first"] + buf["steps"], out.to(self.pool.dtype))
+        return out
+
+
+DEEPEST_LEVEL = 8  # the deepest tree `auto` may choose (core.trees.choice), so a shape trial fits the buffers
+
+
+def static_levels_for(owner, target: Target, layer: Callable, width: int, depth: int, hidden: int,
+                      dtype: torch.dtype, weights: object) -> StaticLevels | None:
+    """The drafter `owner`'s static levels under the target's pass mode (None when eager), kept on the owner
+    with their graph and remade when the tree's width or depth, the dtype or the mode changed; `weights` is the
+    drafter's inference copy of its layer, whose change (a training step) voids the graph."""
+    max_slots = (max(depth, DEEPEST_LEVEL) - 1) * width
+    mode = resolve_pass_mode(target.pass_mode, target.device)
+    if mode == "eager":
+        return None
+    capacity = capacity_for(target.max_positions, target.max_positions, (max_slots + width,))
+    key = (mode, width, max_slots, dtype, capacity)
+    known = owner.__dict__.get("_static_levels")
+    if known is None or known[0] != key:
+        known = (key, StaticLevels(target, layer, width, max_slots, capacity, hidden, dtype, mode == "captured"))
+        owner.__dict__["_static_levels"] = known
+    levels = known[1]
+    if getattr(levels, "weights", None) is not weights:
+        levels.graph, levels.weights = None, weights
+    levels.layer = layer
+    levels.cache.length = 0
+    return levels
+
+
 def cuda_graph(fn: Callable[[], dict]) -> tuple[Callable[[], None], dict]:
     """Capture `fn` (a pass over filled buffers) as one CUDA graph: warmed up on a side stream first, as
     capture requires. The buffers already hold this cycle's inputs, so the warm-up computes this cycle's pass
@@ -228,13 +347,15 @@ def replaying_stand_in(fn: Callable[[], dict]) -> tuple[Callable[[], None], dict
     overwrites with a fresh run of `fn`."""
     outputs = fn()
 
+    def copy_into(dst, src) -> None:
+        if isinstance(src, torch.Tensor):
+            dst.copy_(src)
+        elif isinstance(src, dict):
+            for k, v in src.items():
+                copy_into(dst[k], v)
+
     def replay() -> None:
-        fresh = fn()
-        outputs["logits"].copy_(fresh["logits"])
-        for i, h in fresh["hidden"].items():
-            outputs["hidden"][i].copy_(h)
-        if fresh["layer_kv"] is not None:
-            outputs["layer_kv"].copy_(fresh["layer_kv"])
+        copy_into(outputs, fn())
 
     return replay, outputs
 
@@ -266,10 +387,13 @@ def release(passes: StaticPasses) -> None:
     passes.busy = False
 
 
-def capture_fallback(passes: StaticPasses, err: Exception) -> None:
-    """A capture that fails (a kernel that cannot be captured on this GPU) costs speed, not the answer: the
-    pool entry stops capturing and says so once."""
+def capture_fallback(passes: StaticPasses | StaticLevels, err: Exception) -> None:
+    """A capture that fails (a kernel that cannot be captured on this GPU) costs speed, not the answer: these
+    passes or levels stop capturing and say so once."""
     passes.capture = False
-    passes.graphs.clear()
+    if isinstance(passes, StaticPasses):
+        passes.graphs.clear()
+    else:
+        passes.graph = None
     warnings.warn(f"CUDA graph capture failed ({type(err).__name__}: {err}); the verify passes run on the static "
                   f"buffers without capture", stacklevel=2)

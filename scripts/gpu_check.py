@@ -10,8 +10,10 @@ one short lease on a GPU machine yields every figure it can; the exit status is 
    plain decoding token for token (shipped drafters, a few held-out prompts);
 3. a benchmark of every method on captured passes (held-out questions, one interleaved run, trees sized by
    the GPU's own measured cost curve: analysis.bench, written to --out/bench-captured), then
-4. the same benchmark on eager passes (--out/bench-eager);
-5. a tiny training smoke test through `accelerate launch` (every drafter jointly, a few steps).
+4. a profile of EAGLE-2's and MoA's cycles on captured passes: drafting and verify ms, operator calls, host-device
+   syncs and the operators that take the most host and device time (torch.profiler);
+5. the same benchmark on eager passes (--out/bench-eager);
+6. a tiny training smoke test through `accelerate launch` (every drafter jointly, a few steps).
 
 A stage that would start after --budget-s seconds is skipped and says so, and the benchmarks stop at the
 budget, so the whole check fits one call. Without CUDA it says plainly that it skipped and exits 0.
@@ -170,6 +172,69 @@ def pass_times(device: str, modes: list[str], sizes: tuple[int, ...] = PASS_SIZE
     return rows
 
 
+def _device_us(e) -> float:
+    """An operator's own device time in a profile (the field's name changed across torch versions)."""
+    return float(getattr(e, "self_device_time_total", 0.0) or getattr(e, "self_cuda_time_total", 0.0))
+
+
+def _top_ops(events, key, cycles: int, top: int) -> list[dict]:
+    """The `top` operators of a profile by `key`, per cycle."""
+    return [{"op": e.key, "calls_per_cycle": round(e.count / cycles, 1),
+             "host_ms_per_cycle": round(e.self_cpu_time_total / 1000 / cycles, 3),
+             "device_ms_per_cycle": round(_device_us(e) / 1000 / cycles, 3)}
+            for e in sorted(events, key=key, reverse=True)[:top]]
+
+
+def profile_cycles(device: str, passes: str, methods: list[str], tokens: int = 32, top: int = 12) -> dict:
+    """Where a drafting cycle's time goes on this device, for the methods given: per cycle, drafting and verify
+    ms and the operator calls each side makes (analysis.op_count), then one generation under torch.profiler
+    with the operators that took the most host time and the most device time, and the host-device syncs
+    (`aten::_local_scalar_dense`, `aten::item`, copies to the host) per cycle. bfloat16 where supported."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from analysis.op_count import count
+    from core.decoding import generate
+    from core.methods import build_drafter
+    from core.target import load_target
+
+    target = load_target(None, "auto", device)
+    target.pass_mode = passes
+    ids = target.chat_ids(json.loads(QUESTIONS.read_text().splitlines()[1])["turns"][0])
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    rows: dict = {}
+    for method in methods:
+        drafter = build_drafter(method, target)
+        generate(target, drafter, ids, 8)  # warm-up: graphs captured, tree sized
+        calls = count(target, drafter, ids, tokens)
+        with profile(activities=activities) as prof:
+            result = generate(target, drafter, ids, tokens)
+        cycles = max(1, result.steps - 1)
+        events = prof.key_averages()
+
+        top_host = _top_ops(events, lambda e: e.self_cpu_time_total, cycles, top)
+        top_device = _top_ops(events, _device_us, cycles, top) if device == "cuda" else []
+        syncs = sum(e.count for e in events if e.key in ("aten::_local_scalar_dense", "aten::item")
+                    or "DtoH" in e.key or e.key == "cudaStreamSynchronize")
+        rows[method] = {
+            "cycles": cycles, "tau": round(result.mean_accepted, 3),
+            "draft_ms_per_cycle": round(1000 * sum(e.draft_time for e in result.events[1:]) / cycles, 3),
+            "verify_ms_per_cycle": round(1000 * sum(e.verify_time for e in result.events[1:]) / cycles, 3),
+            "operator_calls": {k: round(v, 1) for k, v in calls.items() if k != "cycles"},
+            "syncs_per_cycle": round(syncs / cycles, 1),
+            "top_host": top_host, "top_device": top_device,
+        }
+        r = rows[method]
+        print(f"  {method:10s} draft {r['draft_ms_per_cycle']:.2f} ms, verify {r['verify_ms_per_cycle']:.2f} ms a "
+              f"cycle; drafting {r['operator_calls']['draft_operator_calls']:.0f} operator calls, "
+              f"{r['syncs_per_cycle']} host syncs a cycle; most host time: "
+              + ", ".join(f"{x['op']} {x['host_ms_per_cycle']:.2f}" for x in r["top_host"][:4]), flush=True)
+        del drafter
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
 def train_smoke(out: Path, device: str = "cuda") -> int:
     beside = Path(sys.executable).parent / "accelerate"  # the venv's own launcher first
     launcher = str(beside) if beside.is_file() else shutil.which("accelerate")
@@ -255,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         return True, {"passes": mode, "floor_ms": cfg.get("floor_ms"), "cost_curve": cfg.get("cost_curve"),
                       "trees": cfg.get("trees"), "speedup": speedups, "table": summary.get("table")}
 
+    def stage_profile():
+        return True, profile_cycles(args.device, fast, FLAGSHIPS, tokens=min(32, args.max_new_tokens))
+
     def stage_train():
         if args.skip_train:
             return True, "skipped (--skip-train)"
@@ -265,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                stage_passes),
               ("lossless", f"float32 lossless check, every method on {fast} passes", stage_lossless),
               (f"benchmark_{fast}", f"benchmark, every method, {fast} passes", lambda: stage_bench(fast)),
+              ("profile", f"where a drafting cycle's time goes ({', '.join(FLAGSHIPS)}, {fast} passes)",
+               stage_profile),
               ("benchmark_eager", "benchmark, every method, eager passes", lambda: stage_bench("eager")),
               ("train_smoke", "tiny training smoke test (accelerate)", stage_train)]
     ok = True

@@ -186,13 +186,15 @@ def test_replayed_passes_decode_as_plain_decoding_and_are_captured_once(monkeypa
     prompt = [3, 9, 4, 17, 8, 2, 30]
     plain = generate(tiny, Autoregressive(), prompt, 40).token_ids
     _captured_on_the_cpu(monkeypatch, counting)
+    drafter = Eagle2Drafter.random(tiny, seed=0, depth=4, top_k=4, total_tokens=3)
     for total_tokens in (3, 7, 3):  # the second run of 3 replays the first one's graphs
-        drafter = Eagle2Drafter.random(tiny, seed=0, depth=4, top_k=4, total_tokens=total_tokens)
+        drafter.set_options(total_tokens=total_tokens)
         got = generate(tiny, drafter, prompt, 40, record=True)
         assert got.token_ids == plain
+        assert drafter.static is not None and drafter.static.graph is not None  # its drafting level, captured
     (passes,) = [p for ps in tiny._static_pool.values() for p in ps]
     assert {k[0] for k in passes.graphs} == {4, 8}  # trees of 3 and 7 nodes: passes of 4 and 8 tokens
-    assert len(made) == 2  # one capture per bucket, replayed by the later run
+    assert len(made) == 3  # one capture per pass bucket and one of the drafting level, replayed by later runs
 
 
 def test_a_capture_that_fails_costs_speed_not_the_answer(monkeypatch):
@@ -207,3 +209,39 @@ def test_a_capture_that_fails_costs_speed_not_the_answer(monkeypatch):
     with pytest.warns(UserWarning, match="capture failed"):
         got = generate(tiny, drafter, prompt, 30)
     assert got.token_ids == plain
+
+
+def _trees(result):
+    return [(e.tree.tokens.tolist(), e.tree.parents.tolist(), e.tree.draft_probs) for e in result.events[1:]]
+
+
+@pytest.mark.parametrize("total_tokens,depth", [(3, 2), (7, 3), (15, 5), (31, 8)])
+def test_static_drafting_levels_draft_the_eager_trees(tiny, total_tokens, depth):
+    """Lossless output alone would hide a wrong drafting level: the trees themselves must be the same."""
+    prompt = [3, 9, 4, 17, 8, 2, 30, 11, 5]
+    drafter = Eagle2Drafter.random(tiny, seed=1, depth=depth, top_k=4, total_tokens=total_tokens)
+    eager = generate(tiny, drafter, prompt, 30)
+    tiny.pass_mode = "static"
+    try:
+        static = generate(tiny, drafter, prompt, 30)
+        assert drafter.static is not None and drafter.cache is drafter.static.cache
+    finally:
+        tiny.pass_mode = "auto"
+    assert static.token_ids == eager.token_ids
+    for (t1, p1, q1), (t2, p2, q2) in zip(_trees(eager), _trees(static), strict=True):
+        assert (t1, p1) == (t2, p2)
+        torch.testing.assert_close(q1, q2, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.real
+def test_eagle2_drafts_the_same_trees_on_static_levels_in_float32(target32):
+    from core.methods import build_drafter
+
+    ids = target32.chat_ids(REAL_PROMPTS[1])
+    drafter = build_drafter("eagle2", target32, depth=4, top_k=8, total_tokens=15)
+    eager = generate(target32, drafter, ids, 24)
+    static = _static_tokens(target32, drafter, ids, 24)
+    assert drafter.static is not None
+    assert static.token_ids == eager.token_ids
+    for (t1, p1, _), (t2, p2, _) in zip(_trees(eager), _trees(static), strict=True):
+        assert (t1, p1) == (t2, p2)

@@ -69,6 +69,7 @@ from core.drafters.trained import (
 )
 from core.kv_cache import KVCache
 from core.layers import FusedLayer, decoder_layer, fused_copy, run_layer
+from core.static_pass import StaticLevels, static_levels_for
 from core.target import Target
 from core.trees.draft_tree import DraftTree
 
@@ -164,6 +165,16 @@ class Eagle2Drafter(TrainedDrafter):
         self.cache.commit(tokens.shape[1])
         return self.to_target_units(out)
 
+    def _layer_on(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
+                  writes) -> torch.Tensor:
+        """`_run` for core.static_pass.StaticLevels: the same arithmetic, its keys written through `writes`."""
+        x = self._fuse(feats, tokens)
+        cos, sin = self.target.rope(positions)
+        tgt = self.target
+        out, _ = run_layer(self._fused, x, cos.to(x.dtype), sin.to(x.dtype), bias, writes, 0, tgt.n_heads,
+                           tgt.kv_heads, tgt.head_dim)
+        return self.to_target_units(out)
+
     def _logprobs(self, feats: torch.Tensor) -> torch.Tensor:
         """Log-probs over the drafting vocabulary (indices, not token ids)."""
         return torch.log_softmax(self.vocab.logits(feats.to(self.target.dtype)), dim=-1)
@@ -174,8 +185,11 @@ class Eagle2Drafter(TrainedDrafter):
         super().begin(target, prefill)
         resolve_auto_tree(self, target)
         self._fused = fused_copy(self.layer)  # weights may have changed (training) since the last conversation
-        self.cache = KVCache(1, target.kv_heads, target.head_dim, len(prefill.tokens) + 256, dtype=self._dtype,
-                             device=target.device)
+        cfg = self.config
+        self.static: StaticLevels | None = static_levels_for(  # fixed buffers unless the target's passes are eager
+            self, target, self._layer_on, cfg.top_k, cfg.depth, target.hidden_size, self._dtype, self._fused)
+        self.cache = self.static.cache if self.static is not None else KVCache(
+            1, target.kv_heads, target.head_dim, len(prefill.tokens) + 256, dtype=self._dtype, device=target.device)
         self._absorb(prefill)
 
     @torch.no_grad()
@@ -202,8 +216,14 @@ class Eagle2Drafter(TrainedDrafter):
         r = self.cache.length  # the root's position; also the number of verified entries
         dev = self.target.device
         pool = [self._root_feat[None]]  # predicted features: the root's, then one per expanded slot
+        static = self.static if self.static is not None and self.static.fits(cfg.top_k, cfg.depth) else None
+        if static is not None:
+            static.pool[0] = self._root_feat
 
         def expand(batch: Expansion) -> torch.Tensor:
+            if static is not None:  # the same level on fixed buffers (replayed as a CUDA graph on a GPU)
+                out = static.level(batch.tokens, batch.parent_slots, batch.depths, batch.mask, batch.first_slot)
+                return self._logprobs(out).cpu()
             feats = torch.cat(pool)[batch.parent_slots.to(dev) + 1]
             m = batch.tokens.numel()
             positions = (r + batch.depths - 1).to(dev)[None]
