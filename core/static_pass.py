@@ -67,7 +67,7 @@ def capacity_for(tokens: int, max_positions: int, buckets: Sequence[int] = BUCKE
     return cap
 
 
-class _Writes:
+class IndexWrites:
     """`KVCache.append` over the whole fixed buffer: writes at device-side indices, returns every column."""
 
     def __init__(self, cache: KVCache, index: torch.Tensor) -> None:
@@ -180,7 +180,7 @@ class StaticPasses:
         bias = torch.zeros(allowed.shape, dtype=tg.dtype, device=allowed.device).masked_fill_(~allowed,
                                                                                             float("-inf"))
         bias = bias[None, None].repeat(1, 1, self.n_rep, 1) if self.n_rep > 1 else bias[None, None]
-        writes = _Writes(self.cache, buf["past"] + buf["steps"])
+        writes = IndexWrites(self.cache, buf["past"] + buf["steps"])
         cos, sin = tg.rope(buf["positions"])
         cos, sin = cos[:, :, None], _signed_sin(sin[:, :, None])
         x = tg.embed_tokens(buf["ids"])
@@ -219,17 +219,23 @@ class StaticLevels:
     cache has a fixed capacity, the slots' outputs live in one `pool` buffer (row 0: the root's feature, row
     1 + s: slot s), and the mask is built on the device from `past` and the level's slot mask, so a level is
     one replay. `layer(feats, tokens, positions, bias, writes) -> output features` is the drafter's own
-    arithmetic, the same it runs eagerly (`writes` is the KV cache's `append` for its one layer); the
-    projection onto the drafting vocabulary stays outside (its width follows the conversation).
+    arithmetic, the same it runs eagerly (`writes` is an `IndexWrites` over `cache`: its keys go to this level's
+    slots; a drafter with more caches, such as MoA's CA memory and TLI layers, keeps them in `extra`, sized
+    alike, and reads `writes.index` for its own writes); the projection onto the drafting vocabulary stays
+    outside (its width follows the conversation).
     """
 
     def __init__(self, target: Target, layer: Callable, width: int, max_slots: int, capacity: int, hidden: int,
-                 dtype: torch.dtype, capture: bool = False, graph_maker: Callable | None = None) -> None:
+                 dtype: torch.dtype, capture: bool = False, graph_maker: Callable | None = None,
+                 extra: dict[str, tuple[int, torch.dtype]] | None = None) -> None:
         dev = target.device
         self.layer, self.width, self.capture = layer, width, capture
         self.graph_maker = graph_maker or cuda_graph
         self.window = max_slots + width  # slot columns a level may touch (the last level's padding included)
         self.cache = KVCache(1, target.kv_heads, target.head_dim, capacity, dtype=dtype, device=dev)
+        self.extra = {name: KVCache(n_layers, target.kv_heads, target.head_dim, capacity, dtype=dt, device=dev)
+                      for name, (n_layers, dt) in (extra or {}).items()}
+        self.weights: tuple = ()
         self.pool = torch.zeros(1 + self.window, hidden, dtype=dtype, device=dev)
         self.columns = torch.arange(capacity, device=dev)
         self.n_rep = target.n_heads // target.kv_heads
@@ -241,7 +247,7 @@ class StaticLevels:
                        "first": torch.zeros(1, dtype=torch.long, device=dev),
                        "steps": torch.arange(width, device=dev)}
         self.graph: tuple | None = None
-        self._buffer_at = self.cache.buffer.data_ptr()
+        self._buffer_at = tuple(c.buffer.data_ptr() for c in (self.cache, *self.extra.values()))
 
     def fits(self, width: int, depth: int) -> bool:
         """Whether a tree of this width and depth drafts within these buffers."""
@@ -270,8 +276,9 @@ class StaticLevels:
         slots[pad, first_slot + pad] = True  # padding rows see only themselves
         buf["past"].fill_(r)
         buf["first"].fill_(first_slot)
-        if self.cache.buffer.data_ptr() != self._buffer_at:  # the cache grew: a graph holds the old buffer
-            self.graph, self._buffer_at = None, self.cache.buffer.data_ptr()
+        at = tuple(c.buffer.data_ptr() for c in (self.cache, *self.extra.values()))
+        if at != self._buffer_at:  # a cache grew: a graph holds the old buffer
+            self.graph, self._buffer_at = None, at
         if not self.capture:
             out = self._level()
         else:
@@ -293,7 +300,7 @@ class StaticLevels:
         bias = torch.zeros(allowed.shape, dtype=self.cache.buffer.dtype,
                            device=allowed.device).masked_fill_(~allowed, float("-inf"))
         bias = bias[None, None].repeat(1, 1, self.n_rep, 1) if self.n_rep > 1 else bias[None, None]
-        writes = _Writes(self.cache, buf["past"] + buf["first"] + buf["steps"])
+        writes = IndexWrites(self.cache, buf["past"] + buf["first"] + buf["steps"])
         feats = self.pool[buf["parents"]][None]
         out = self.layer(feats, buf["tokens"], buf["positions"], bias, writes)[0]
         self.pool.index_copy_(0, 1 + buf["first"] + buf["steps"], out.to(self.pool.dtype))
@@ -304,25 +311,29 @@ DEEPEST_LEVEL = 8  # the deepest tree `auto` may choose (core.trees.choice), so 
 
 
 def static_levels_for(owner, target: Target, layer: Callable, width: int, depth: int, hidden: int,
-                      dtype: torch.dtype, weights: object) -> StaticLevels | None:
+                      dtype: torch.dtype, weights: tuple,
+                      extra: dict[str, tuple[int, torch.dtype]] | None = None) -> StaticLevels | None:
     """The drafter `owner`'s static levels under the target's pass mode (None when eager), kept on the owner
-    with their graph and remade when the tree's width or depth, the dtype or the mode changed; `weights` is the
-    drafter's inference copy of its layer, whose change (a training step) voids the graph."""
+    with their graph and remade when the tree's width or depth, the dtype, the extra caches or the mode
+    changed; `weights` are the drafter's inference copies, whose change (a training step) voids the graph.
+    Every cache starts empty."""
     max_slots = (max(depth, DEEPEST_LEVEL) - 1) * width
     mode = resolve_pass_mode(target.pass_mode, target.device)
     if mode == "eager":
         return None
     capacity = capacity_for(target.max_positions, target.max_positions, (max_slots + width,))
-    key = (mode, width, max_slots, dtype, capacity)
+    key = (mode, width, max_slots, dtype, capacity, tuple(sorted((extra or {}).items())))
     known = owner.__dict__.get("_static_levels")
     if known is None or known[0] != key:
-        known = (key, StaticLevels(target, layer, width, max_slots, capacity, hidden, dtype, mode == "captured"))
+        known = (key, StaticLevels(target, layer, width, max_slots, capacity, hidden, dtype, mode == "captured",
+                                   extra=extra))
         owner.__dict__["_static_levels"] = known
     levels = known[1]
-    if getattr(levels, "weights", None) is not weights:
-        levels.graph, levels.weights = None, weights
+    if len(levels.weights) != len(weights) or any(a is not b for a, b in zip(levels.weights, weights)):
+        levels.graph, levels.weights = None, tuple(weights)
     levels.layer = layer
-    levels.cache.length = 0
+    for cache in (levels.cache, *levels.extra.values()):
+        cache.length = 0
     return levels
 
 

@@ -234,14 +234,53 @@ def test_static_drafting_levels_draft_the_eager_trees(tiny, total_tokens, depth)
 
 
 @pytest.mark.real
-def test_eagle2_drafts_the_same_trees_on_static_levels_in_float32(target32):
+@pytest.mark.parametrize("method", ["eagle2", "moa", "moa-tli1", "moa-tli3"])
+def test_shipped_tree_drafters_draft_the_same_trees_on_static_levels_in_float32(target32, method):
     from core.methods import build_drafter
 
     ids = target32.chat_ids(REAL_PROMPTS[1])
-    drafter = build_drafter("eagle2", target32, depth=4, top_k=8, total_tokens=15)
+    drafter = build_drafter(method, target32, depth=4, top_k=8, total_tokens=15)
     eager = generate(target32, drafter, ids, 24)
     static = _static_tokens(target32, drafter, ids, 24)
     assert drafter.static is not None
     assert static.token_ids == eager.token_ids
     for (t1, p1, _), (t2, p2, _) in zip(_trees(eager), _trees(static), strict=True):
         assert (t1, p1) == (t2, p2)
+
+
+@pytest.mark.parametrize("tli,window", [(0, 0), (1, 0), (0, 4), (2, 4)])
+@pytest.mark.parametrize("total_tokens,depth", [(3, 2), (7, 3), (15, 5)])
+def test_moa_drafts_the_eager_trees_on_static_levels(tiny, tli, window, total_tokens, depth):
+    """With TLI layers, a CA window and the final feature's shortcut (the shipped MoA's settings) too."""
+    from core.drafters.moa import MoADrafter
+
+    prompt = [3, 9, 4, 17, 8, 2, 30, 11, 5, 7, 21, 13]
+    drafter = MoADrafter.random(tiny, seed=2, tli=tli, depth=depth, top_k=4, total_tokens=total_tokens,
+                                ca_window=window, final_feature=bool(window))
+    eager = generate(tiny, drafter, prompt, 30)
+    tiny.pass_mode = "static"
+    try:
+        static = generate(tiny, drafter, prompt, 30)
+        assert drafter.static is not None and drafter.ca_cache is drafter.static.extra["ca"]
+    finally:
+        tiny.pass_mode = "auto"
+    assert static.token_ids == eager.token_ids
+    for (t1, p1, q1), (t2, p2, q2) in zip(_trees(eager), _trees(static), strict=True):
+        assert (t1, p1) == (t2, p2)
+        torch.testing.assert_close(q1, q2, atol=1e-5, rtol=1e-4)
+
+
+def test_moa_levels_replayed_draft_the_eager_trees(monkeypatch):
+    """MoA's level as a replay: its CA memory length and shortcut reach the replay through their buffers."""
+    from core.drafters.moa import MoADrafter
+    from core.static_pass import replaying_stand_in
+
+    tiny = tiny_target(seed=5)
+    prompt = [3, 9, 4, 17, 8, 2, 30, 11, 5, 7, 21, 13]
+    drafter = MoADrafter.random(tiny, seed=2, tli=1, depth=3, top_k=4, total_tokens=7, ca_window=4)
+    eager = generate(tiny, drafter, prompt, 30)
+    _captured_on_the_cpu(monkeypatch, replaying_stand_in)
+    replayed = generate(tiny, drafter, prompt, 30)
+    assert drafter.static.capture and drafter.static.graph is not None
+    assert replayed.token_ids == eager.token_ids
+    assert [t[:2] for t in _trees(replayed)] == [t[:2] for t in _trees(eager)]

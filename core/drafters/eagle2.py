@@ -187,7 +187,7 @@ class Eagle2Drafter(TrainedDrafter):
         self._fused = fused_copy(self.layer)  # weights may have changed (training) since the last conversation
         cfg = self.config
         self.static: StaticLevels | None = static_levels_for(  # fixed buffers unless the target's passes are eager
-            self, target, self._layer_on, cfg.top_k, cfg.depth, target.hidden_size, self._dtype, self._fused)
+            self, target, self._layer_on, cfg.top_k, cfg.depth, target.hidden_size, self._dtype, (self._fused,))
         self.cache = self.static.cache if self.static is not None else KVCache(
             1, target.kv_heads, target.head_dim, len(prefill.tokens) + 256, dtype=self._dtype, device=target.device)
         self._absorb(prefill)

@@ -119,6 +119,7 @@ from core.drafters.trained import (
 )
 from core.kv_cache import KVCache
 from core.layers import FusedLayer, append_layer_kv, decoder_layer, fused_copy, run_layer
+from core.static_pass import IndexWrites, StaticLevels, static_levels_for
 from core.target import Target
 from core.trees.draft_tree import DraftTree
 
@@ -347,6 +348,32 @@ class MoADrafter(MoATraining, TrainedDrafter):
         finally:
             self._tli_rope = None
 
+    def _level_on(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
+                  writes: IndexWrites) -> torch.Tensor:
+        """`_advance` for core.static_pass.StaticLevels: the same arithmetic over the fixed-capacity caches, the
+        keys written at `writes.index`, CA reading the memory columns its length (`_level_memory`) makes
+        visible (`feats`, a parent's predicted feature, is EAGLE's input; MoA drafts from tokens alone)."""
+        tgt, cfg = self.target, self.config
+        tcos, tsin = tgt.rope(positions)
+        cos, sin = tcos.to(self._dtype), tsin.to(self._dtype)
+        x = tgt.embed_tokens(tokens).to(self._dtype)
+        sa_out, _ = run_layer(self._sa_fused, x, cos, sin, bias, writes, 0, tgt.n_heads, tgt.kv_heads, tgt.head_dim)
+        if self._shortcut is not None:
+            sa_out = sa_out + self._level_shortcut
+        columns = torch.arange(self.ca_cache.capacity, device=x.device)
+        seen = columns < self._level_memory
+        if cfg.ca_window:
+            seen &= columns >= self._level_memory - cfg.ca_window
+        mem_mask = seen[None, None, None].expand(1, 1, tokens.shape[1], -1)
+        state = self._ca_fused.predict(sa_out, cos, sin, self.ca_cache.keys[0], self.ca_cache.values[0], mem_mask)
+        if not cfg.tli:
+            return state
+        x, layers, tli_writes = state.to(tgt.dtype), tgt.fused_layers(), IndexWrites(self.tli_cache, writes.index)
+        for i in range(cfg.tli):
+            x, _ = run_layer(layers[cfg.n_target_layers - cfg.tli + i], x, tcos, tsin, bias.to(tgt.dtype), tli_writes,
+                             i, tgt.n_heads, tgt.kv_heads, tgt.head_dim)
+        return x
+
     def _step(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Draft tokens [1, m] at positions [1, m] under `mask` -> log-probs [m, V'] over the drafting vocabulary."""
         return self._logprobs(self._advance(tokens, positions, mask))
@@ -363,12 +390,23 @@ class MoADrafter(MoATraining, TrainedDrafter):
         super().begin(target, prefill)
         cap = len(prefill.tokens) + 256
         kvh, hd, dev = target.kv_heads, target.head_dim, target.device
-        self.sa_cache = KVCache(1, kvh, hd, cap, dtype=self._dtype, device=dev)
-        self.ca_cache = KVCache(1, kvh, hd, cap, dtype=self._dtype, device=dev)
-        self.tli_cache = KVCache(max(1, self.config.tli), kvh, hd, cap, dtype=target.dtype, device=dev)
         resolve_auto_tree(self, target)
         self._sa_fused = fused_copy(self.sa)  # SA's weights may have changed (training) since the last conversation
         self._ca_fused = FusedPredict.cached(self)
+        cfg = self.config
+        self.static: StaticLevels | None = static_levels_for(  # fixed buffers unless the target's passes are eager
+            self, target, self._level_on, cfg.top_k, cfg.depth, target.hidden_size, self._dtype,
+            (self._sa_fused, self._ca_fused, *target.fused_layers()[cfg.n_target_layers - cfg.tli:]),
+            extra={"ca": (1, self._dtype), "tli": (max(1, cfg.tli), target.dtype)})
+        if self.static is not None:
+            self.sa_cache, self.ca_cache, self.tli_cache = (self.static.cache, self.static.extra["ca"],
+                                                            self.static.extra["tli"])
+            self._level_memory = torch.zeros(1, dtype=torch.long, device=dev)  # CA memory length, for the replay
+            self._level_shortcut = torch.zeros(1, 1, target.hidden_size, dtype=self._dtype, device=dev)
+        else:
+            self.sa_cache = KVCache(1, kvh, hd, cap, dtype=self._dtype, device=dev)
+            self.ca_cache = KVCache(1, kvh, hd, cap, dtype=self._dtype, device=dev)
+            self.tli_cache = KVCache(max(1, cfg.tli), kvh, hd, cap, dtype=target.dtype, device=dev)
         self._absorb(prefill)
 
     @torch.no_grad()
@@ -482,7 +520,16 @@ class MoADrafter(MoATraining, TrainedDrafter):
         else:  # after offline drafting (extend_unverified / rollback_unverified) the root is run here
             root_lp = self._step(torch.tensor([[root]], device=dev), torch.tensor([[r]], device=dev), None)[0]
 
+        static = self.static if self.static is not None and self.static.fits(cfg.top_k, cfg.depth) else None
+        if static is not None:
+            self._level_memory.fill_(self.ca_cache.length)
+            if self._shortcut is not None:
+                self._level_shortcut.copy_(self._shortcut)
+
         def expand(batch: Expansion) -> torch.Tensor:
+            if static is not None:  # the same level on fixed buffers (replayed as a CUDA graph on a GPU)
+                out = static.level(batch.tokens, batch.parent_slots, batch.depths, batch.mask, batch.first_slot)
+                return self._logprobs(out[None]).cpu()
             m = batch.tokens.numel()
             prefix = torch.ones(m, r + 1, dtype=torch.bool)  # verified tokens and the root
             mask = torch.cat([prefix, batch.mask], dim=1).to(dev)[None, None]

@@ -71,15 +71,17 @@ class FusedPredict:
         return rope_kv(linear(vec, self.kv, None, self.kv_packed), cos, sin, self.kv_heads, self.head_dim)
 
     def predict(self, sa_out: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mem_k: torch.Tensor,
-                mem_v: torch.Tensor) -> torch.Tensor:
+                mem_v: torch.Tensor, mem_mask: torch.Tensor | None = None) -> torch.Tensor:
         """MoADrafter._predict over the whole (verified) memory: the same arithmetic in fewer calls (one RMSNorm
-        call each, q rotated once, gate and up in one matmul, packed weights) -> the state in target units."""
+        call each, q rotated once, gate and up in one matmul, packed weights) -> the state in target units.
+        mem_mask: bool [1, 1, T, S], the memory columns each row reads (None: all; a fixed-capacity memory
+        on static levels hides its unwritten columns this way)."""
         b, t, _ = sa_out.shape
         heads, hd = self.heads, self.head_dim
         p_q, p_o, p_head, p_gate_up, p_down = self.packed
         q = linear(_rms(sa_out, self.ca_norm, self.ca_eps), self.q, None, p_q).view(b, t, heads, hd)
         q = _rotate_signed(q, cos[:, :, None], _signed_sin(sin[:, :, None])).transpose(1, 2)
-        a = grouped_attention(q, mem_k, mem_v, None)
+        a = grouped_attention(q, mem_k, mem_v, mem_mask)
         h = sa_out + linear(a.transpose(1, 2).reshape(b, t, heads * hd), self.o, None, p_o)
         if self.mlp is not None:
             norm, eps, gate_up, down, act = self.mlp
