@@ -94,6 +94,7 @@ class StaticPasses:
         dev = target.device
         self.cache = target.new_cache(capacity)
         self.columns = torch.arange(capacity, device=dev)
+        self._buffer_at = self.cache.buffer.data_ptr()
         self.n_rep = target.n_heads // target.kv_heads
         self.inputs: dict[int, dict[str, torch.Tensor]] = {}
         for b in self.buckets:
@@ -162,6 +163,10 @@ class StaticPasses:
         if bucket is None or past + bucket > self.capacity:  # longer than every bucket: the eager pass
             return self.target.forward(ids, positions, self.cache, tree_mask=tree_mask,
                                        hidden_layers=hidden_layers, return_layer_kv=layer_kv)
+        if self.cache.buffer.data_ptr() != self._buffer_at:  # the cache grew (an eager pass): recapture
+            self.graphs.clear()
+            self._buffer_at = self.cache.buffer.data_ptr()
+            self.columns = torch.arange(self.capacity, device=self.columns.device)
         self.fill(bucket, ids, positions, tree_mask)
         out = self.run_filled(bucket, tuple(sorted(hidden_layers)), layer_kv)
         self.cache.length = past + t
@@ -259,8 +264,15 @@ class StaticLevels:
         """Output features [m, H] of one level (the arguments of core.drafters.dynamic_tree.Expansion); the
         verified prefix is `cache.length` entries long and stays so."""
         m, e = tokens.numel(), mask.shape[1]
-        if m > self.width or e > self.window or self.cache.length + self.window > self.cache.capacity:
+        if m > self.width or e > self.window:
             raise ValueError(f"a level of {m} nodes over {e} slots does not fit these static levels")
+        if self.cache.length + self.window > self.cache.capacity:  # a long conversation: room for its slots
+            for cache in (self.cache, *self.extra.values()):
+                cache.reserve(self.cache.length + self.window)
+        at = tuple(c.buffer.data_ptr() for c in (self.cache, *self.extra.values()))
+        if at != self._buffer_at:  # a cache grew (here or in the drafter's eager bookkeeping): recapture
+            self.graph, self._buffer_at = None, at
+            self.columns = torch.arange(self.cache.capacity, device=self.pool.device)
         buf, dev = self.inputs, self.pool.device
         r = self.cache.length
         buf["tokens"].zero_()
@@ -276,9 +288,6 @@ class StaticLevels:
         slots[pad, first_slot + pad] = True  # padding rows see only themselves
         buf["past"].fill_(r)
         buf["first"].fill_(first_slot)
-        at = tuple(c.buffer.data_ptr() for c in (self.cache, *self.extra.values()))
-        if at != self._buffer_at:  # a cache grew: a graph holds the old buffer
-            self.graph, self._buffer_at = None, at
         if not self.capture:
             out = self._level()
         else:
@@ -307,15 +316,17 @@ class StaticLevels:
         return out
 
 
+LEVEL_ROOM = 512  # new positions a drafter's static caches hold beyond the prompt before they grow
 DEEPEST_LEVEL = 8  # the deepest tree `auto` may choose (core.trees.choice), so a shape trial fits the buffers
 
 
 def static_levels_for(owner, target: Target, layer: Callable, width: int, depth: int, hidden: int,
-                      dtype: torch.dtype, weights: tuple,
+                      dtype: torch.dtype, weights: tuple, tokens: int,
                       extra: dict[str, tuple[int, torch.dtype]] | None = None) -> StaticLevels | None:
     """The drafter `owner`'s static levels under the target's pass mode (None when eager), kept on the owner
     with their graph and remade when the tree's width or depth, the dtype, the extra caches or the mode
-    changed; `weights` are the drafter's inference copies, whose change (a training step) voids the graph.
+    changed; `weights` are the drafter's inference copies, whose change (a training step) voids the graph;
+    `tokens`: positions the conversation is expected to reach (the capacity is bucketed as the target's).
     Every cache starts empty."""
     max_slots = (max(depth, DEEPEST_LEVEL) - 1) * width
     mode = resolve_pass_mode(target.pass_mode, target.device)

@@ -215,22 +215,27 @@ def _trees(result):
     return [(e.tree.tokens.tolist(), e.tree.parents.tolist(), e.tree.draft_probs) for e in result.events[1:]]
 
 
-@pytest.mark.parametrize("total_tokens,depth", [(3, 2), (7, 3), (15, 5), (31, 8)])
-def test_static_drafting_levels_draft_the_eager_trees(tiny, total_tokens, depth):
-    """Lossless output alone would hide a wrong drafting level: the trees themselves must be the same."""
-    prompt = [3, 9, 4, 17, 8, 2, 30, 11, 5]
-    drafter = Eagle2Drafter.random(tiny, seed=1, depth=depth, top_k=4, total_tokens=total_tokens)
-    eager = generate(tiny, drafter, prompt, 30)
-    tiny.pass_mode = "static"
+def _same_trees_eager_and_static(target, drafter, prompt, n=30):
+    """Decode eagerly, then on static passes and levels: the same tokens and the same trees, level by level."""
+    eager = generate(target, drafter, prompt, n)
+    target.pass_mode = "static"
     try:
-        static = generate(tiny, drafter, prompt, 30)
-        assert drafter.static is not None and drafter.cache is drafter.static.cache
+        static = generate(target, drafter, prompt, n)
+        assert drafter.static is not None
     finally:
-        tiny.pass_mode = "auto"
+        target.pass_mode = "auto"
     assert static.token_ids == eager.token_ids
     for (t1, p1, q1), (t2, p2, q2) in zip(_trees(eager), _trees(static), strict=True):
         assert (t1, p1) == (t2, p2)
         torch.testing.assert_close(q1, q2, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("total_tokens,depth", [(3, 2), (7, 3), (15, 5), (31, 8)])
+def test_static_drafting_levels_draft_the_eager_trees(tiny, total_tokens, depth):
+    """Lossless output alone would hide a wrong drafting level: the trees themselves must be the same."""
+    drafter = Eagle2Drafter.random(tiny, seed=1, depth=depth, top_k=4, total_tokens=total_tokens)
+    _same_trees_eager_and_static(tiny, drafter, [3, 9, 4, 17, 8, 2, 30, 11, 5])
+    assert drafter.cache is drafter.static.cache
 
 
 @pytest.mark.real
@@ -254,20 +259,10 @@ def test_moa_drafts_the_eager_trees_on_static_levels(tiny, tli, window, total_to
     """With TLI layers, a CA window and the final feature's shortcut (the shipped MoA's settings) too."""
     from core.drafters.moa import MoADrafter
 
-    prompt = [3, 9, 4, 17, 8, 2, 30, 11, 5, 7, 21, 13]
     drafter = MoADrafter.random(tiny, seed=2, tli=tli, depth=depth, top_k=4, total_tokens=total_tokens,
                                 ca_window=window, final_feature=bool(window))
-    eager = generate(tiny, drafter, prompt, 30)
-    tiny.pass_mode = "static"
-    try:
-        static = generate(tiny, drafter, prompt, 30)
-        assert drafter.static is not None and drafter.ca_cache is drafter.static.extra["ca"]
-    finally:
-        tiny.pass_mode = "auto"
-    assert static.token_ids == eager.token_ids
-    for (t1, p1, q1), (t2, p2, q2) in zip(_trees(eager), _trees(static), strict=True):
-        assert (t1, p1) == (t2, p2)
-        torch.testing.assert_close(q1, q2, atol=1e-5, rtol=1e-4)
+    _same_trees_eager_and_static(tiny, drafter, [3, 9, 4, 17, 8, 2, 30, 11, 5, 7, 21, 13])
+    assert drafter.ca_cache is drafter.static.extra["ca"]
 
 
 def test_moa_levels_replayed_draft_the_eager_trees(monkeypatch):
@@ -284,3 +279,22 @@ def test_moa_levels_replayed_draft_the_eager_trees(monkeypatch):
     assert drafter.static.capture and drafter.static.graph is not None
     assert replayed.token_ids == eager.token_ids
     assert [t[:2] for t in _trees(replayed)] == [t[:2] for t in _trees(eager)]
+
+
+def test_static_levels_grow_with_a_long_conversation(tiny, monkeypatch):
+    import core.drafters.eagle2
+    import core.static_pass
+
+    monkeypatch.setattr(core.static_pass, "MIN_CAPACITY", 32)
+    monkeypatch.setattr(core.drafters.eagle2, "LEVEL_ROOM", 0)  # buffers sized for the prompt alone
+    prompt = [3, 9, 4, 17, 8, 2, 30, 11, 5]
+    drafter = Eagle2Drafter.random(tiny, seed=1, depth=3, top_k=4, total_tokens=7)
+    eager = generate(tiny, drafter, prompt, 60)
+    tiny.pass_mode = "static"
+    try:
+        static = generate(tiny, drafter, prompt, 60)
+    finally:
+        tiny.pass_mode = "auto"
+    assert drafter.static.cache.capacity > 64  # started at 64, grew
+    assert static.token_ids == eager.token_ids
+    assert [t[:2] for t in _trees(static)] == [t[:2] for t in _trees(eager)]

@@ -69,7 +69,7 @@ from core.drafters.trained import (
 )
 from core.kv_cache import KVCache
 from core.layers import FusedLayer, decoder_layer, fused_copy, run_layer
-from core.static_pass import StaticLevels, static_levels_for
+from core.static_pass import LEVEL_ROOM, StaticLevels, static_levels_for
 from core.target import Target
 from core.trees.draft_tree import DraftTree
 
@@ -187,7 +187,8 @@ class Eagle2Drafter(TrainedDrafter):
         self._fused = fused_copy(self.layer)  # weights may have changed (training) since the last conversation
         cfg = self.config
         self.static: StaticLevels | None = static_levels_for(  # fixed buffers unless the target's passes are eager
-            self, target, self._layer_on, cfg.top_k, cfg.depth, target.hidden_size, self._dtype, (self._fused,))
+            self, target, self._layer_on, cfg.top_k, cfg.depth, target.hidden_size, self._dtype, (self._fused,),
+            len(prefill.tokens) + LEVEL_ROOM)
         self.cache = self.static.cache if self.static is not None else KVCache(
             1, target.kv_heads, target.head_dim, len(prefill.tokens) + 256, dtype=self._dtype, device=target.device)
         self._absorb(prefill)

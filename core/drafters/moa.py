@@ -119,7 +119,7 @@ from core.drafters.trained import (
 )
 from core.kv_cache import KVCache
 from core.layers import FusedLayer, append_layer_kv, decoder_layer, fused_copy, run_layer
-from core.static_pass import IndexWrites, StaticLevels, static_levels_for
+from core.static_pass import LEVEL_ROOM, IndexWrites, StaticLevels, static_levels_for
 from core.target import Target
 from core.trees.draft_tree import DraftTree
 
@@ -397,7 +397,7 @@ class MoADrafter(MoATraining, TrainedDrafter):
         self.static: StaticLevels | None = static_levels_for(  # fixed buffers unless the target's passes are eager
             self, target, self._level_on, cfg.top_k, cfg.depth, target.hidden_size, self._dtype,
             (self._sa_fused, self._ca_fused, *target.fused_layers()[cfg.n_target_layers - cfg.tli:]),
-            extra={"ca": (1, self._dtype), "tli": (max(1, cfg.tli), target.dtype)})
+            len(prefill.tokens) + LEVEL_ROOM, extra={"ca": (1, self._dtype), "tli": (max(1, cfg.tli), target.dtype)})
         if self.static is not None:
             self.sa_cache, self.ca_cache, self.tli_cache = (self.static.cache, self.static.extra["ca"],
                                                             self.static.extra["tli"])
