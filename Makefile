@@ -142,8 +142,10 @@ train-bg: setup _train-check
 test-train: setup
 	$(PY) -m pytest tests/test_train.py -q
 
-# The GPU path in one command (issue 23): on CUDA, the float32 lossless check of every method, a short
-# benchmark of every method and a tiny accelerate training smoke test; says it skipped (exit 0) without a GPU.
+# The GPU benchmark in one command: on CUDA, captured and eager passes against the floor, the float32 lossless
+# check of every method, every method's benchmark on captured and on eager passes, a profile of the tree
+# drafters' cycles and a tiny accelerate training smoke test, within --budget-s; says it skipped (exit 0)
+# without a GPU.
 .PHONY: gpu-check gpu-train
 gpu-check: setup
 	$(PY) scripts/gpu_check.py

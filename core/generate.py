@@ -20,6 +20,7 @@ from core import cli_checks as checks
 from core.decoding import generate
 from core.drafters.published_formats import FORMATS, checkpoint_method, split_spec
 from core.methods import available_methods, build_drafter, check_method
+from core.static_pass import PASS_MODES
 from core.target import add_dtype_argument
 from core.verify import SamplingConfig
 
@@ -39,6 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_dtype_argument(p)
     p.add_argument("--device", default="auto", help="auto (a CUDA GPU if there is one, else cpu), cpu, cuda, cuda:N")
     p.add_argument("--target", default=None, help="target checkpoint (default: SmolLM2-135M-Instruct GGUF)")
+    p.add_argument("--passes", default="auto", choices=PASS_MODES,
+                   help="verify passes and drafting levels: auto (CUDA graphs on a GPU, eager on a CPU), eager, "
+                        "static (fixed buffers, no capture), captured (CUDA only)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint folder (ours, or an EAGLE-1/2 or Medusa "
                                                    "checkpoint as published), or 'random' (untrained)")
     p.add_argument("--drafter-format", default="auto", choices=("auto", *FORMATS),
@@ -56,6 +60,7 @@ def check_args(args: argparse.Namespace) -> SamplingConfig:
     args.seed = checks.check_seed(args.seed)
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
     checks.check_device(args.device)
+    checks.check_passes(args.passes, args.device)
     checks.check_target(args.target)
     if args.drafter_format != "auto":
         if args.drafter in (None, "random"):
@@ -77,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         sampling = check_args(args)
         print(f"loading target ({args.dtype})...", file=sys.stderr)
         target = checks.load_target_cleanly(args.target, args.dtype, args.device)
+        target.pass_mode = args.passes
         options = {} if args.tli is None else {"tli": args.tli}
         drafter = build_drafter(args.method, target, args.drafter, **options)
         prompt_ids = target.chat_ids(args.prompt)

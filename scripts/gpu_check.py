@@ -188,8 +188,9 @@ def _top_ops(events, key, cycles: int, top: int) -> list[dict]:
 def profile_cycles(device: str, passes: str, methods: list[str], tokens: int = 32, top: int = 12) -> dict:
     """Where a drafting cycle's time goes on this device, for the methods given: per cycle, drafting and verify
     ms and the operator calls each side makes (analysis.op_count), then one generation under torch.profiler
-    with the operators that took the most host time and the most device time, and the host-device syncs
-    (`aten::_local_scalar_dense`, `aten::item`, copies to the host) per cycle. bfloat16 where supported."""
+    with the operators that took the most host time and the most device time, and the reads to the host per
+    cycle (scalar reads and device-to-host copies: the points where the host waits for a GPU). bfloat16 where
+    supported."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -214,20 +215,22 @@ def profile_cycles(device: str, passes: str, methods: list[str], tokens: int = 3
 
         top_host = _top_ops(events, lambda e: e.self_cpu_time_total, cycles, top)
         top_device = _top_ops(events, _device_us, cycles, top) if device == "cuda" else []
-        syncs = sum(e.count for e in events if e.key in ("aten::_local_scalar_dense", "aten::item")
-                    or "DtoH" in e.key or e.key == "cudaStreamSynchronize")
+        # one-element reads to the host (.item(), int(), a scalar .tolist()) and device-to-host copies: each
+        # makes the host wait for the device when its tensor lives there (on a CPU they only count the reads)
+        syncs = sum(e.count for e in events if e.key in ("aten::_local_scalar_dense", "cudaStreamSynchronize")
+                    or "DtoH" in e.key)
         rows[method] = {
             "cycles": cycles, "tau": round(result.mean_accepted, 3),
             "draft_ms_per_cycle": round(1000 * sum(e.draft_time for e in result.events[1:]) / cycles, 3),
             "verify_ms_per_cycle": round(1000 * sum(e.verify_time for e in result.events[1:]) / cycles, 3),
             "operator_calls": {k: round(v, 1) for k, v in calls.items() if k != "cycles"},
-            "syncs_per_cycle": round(syncs / cycles, 1),
+            "host_reads_per_cycle": round(syncs / cycles, 1),
             "top_host": top_host, "top_device": top_device,
         }
         r = rows[method]
         print(f"  {method:10s} draft {r['draft_ms_per_cycle']:.2f} ms, verify {r['verify_ms_per_cycle']:.2f} ms a "
               f"cycle; drafting {r['operator_calls']['draft_operator_calls']:.0f} operator calls, "
-              f"{r['syncs_per_cycle']} host syncs a cycle; most host time: "
+              f"{r['host_reads_per_cycle']} reads to the host a cycle; most host time: "
               + ", ".join(f"{x['op']} {x['host_ms_per_cycle']:.2f}" for x in r["top_host"][:4]), flush=True)
         del drafter
         if device == "cuda":

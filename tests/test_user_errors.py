@@ -122,6 +122,11 @@ def test_generate_cuda_without_a_gpu(no_model, capsys):
     assert_one_line_error(rc, err, "--device cuda", "cpu")
 
 
+def test_captured_passes_on_a_cpu_are_refused_before_loading(no_model, capsys):
+    rc, err = gen_main(["--prompt", "hi", "--device", "cpu", "--passes", "captured"], capsys)
+    assert_one_line_error(rc, err, "--passes captured", "CUDA", "eager or static")
+
+
 @pytest.mark.parametrize("prompt,needles", [
     ("ab\udcffc", ["byte 0xff", "UTF-8"]),  # what Python makes of a non-UTF-8 byte in argv
     ("ab\ud800", ["U+D800"]),  # a lone surrogate
