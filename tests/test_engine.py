@@ -188,8 +188,19 @@ def test_greedy_verification_follows_argmax():
     logits[2, 6] = 5  # after node 1 (token 3) -> 6
     logits[3, 1] = 5  # after node 2 (token 5) -> 1
     tree = DraftTree(torch.tensor([2, 3, 5]), torch.tensor([-1, -1, 1]), torch.ones(3))
-    path, bonus = verify_tree(tree, logits, SamplingConfig())
-    assert path == [1] and bonus == 6
+    for one_read in (False, True):  # row by row (the CPU's walk), every row's argmax in one read (a GPU's)
+        path, bonus = verify_tree(tree, logits, SamplingConfig(), one_read=one_read)
+        assert path == [1] and bonus == 6
+
+
+def test_one_read_greedy_verification_walks_every_tree_as_the_row_by_row_one():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        n = int(torch.randint(1, 12, (), generator=g))
+        parents = torch.tensor([int(torch.randint(-1, i, (), generator=g)) for i in range(n)])
+        tree = DraftTree(torch.randint(0, 4, (n,), generator=g), parents, torch.ones(n))
+        logits = torch.randn(n + 1, 4, generator=g)
+        assert verify_tree(tree, logits, SamplingConfig(), one_read=True) == verify_tree(tree, logits, SamplingConfig())
 
 
 # ----- sampling keeps the target distribution ---------------------------------------------------
