@@ -102,11 +102,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from core.drafters import moa_static
 from core.drafters.base import TargetNeeds, Verified
 from core.drafters.draft_vocab import DraftVocab
 from core.drafters.dynamic_tree import Expansion, build_dynamic_tree
 from core.drafters.moa_attention import CrossAttention, FusedPredict, LayerSelfAttention
-from core.drafters.moa_config import MAX_TLI, MoAConfig
+from core.drafters.moa_config import MoAConfig, check_config
 from core.drafters.moa_training import MoATraining
 from core.drafters.trained import (
     TrainedDrafter,
@@ -119,7 +120,6 @@ from core.drafters.trained import (
 )
 from core.kv_cache import KVCache
 from core.layers import FusedLayer, append_layer_kv, decoder_layer, fused_copy, run_layer
-from core.static_pass import LEVEL_ROOM, IndexWrites, StaticLevels, static_levels_for
 from core.target import Target
 from core.trees.draft_tree import DraftTree
 
@@ -139,23 +139,7 @@ class MoADrafter(MoATraining, TrainedDrafter):
         super().__init__(config, target)
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm
 
-        n = config.tli
-        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= min(MAX_TLI, config.n_target_layers):
-            raise ValueError(f"tli must be an integer in 0..{MAX_TLI} (and at most the target's layer count), "
-                             f"got {n!r}")
-        if isinstance(config.ca_window, bool) or not isinstance(config.ca_window, int) or config.ca_window < 0:
-            raise ValueError(f"ca_window must be an integer >= 0 (0: every verified position), "
-                             f"got {config.ca_window!r}")
-        gain = config.final_feature_gain
-        if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not gain > 0:
-            raise ValueError(f"final_feature_gain must be a number > 0, got {gain!r}")
-        drop = config.sa_drop
-        if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not 0 <= drop < 1:
-            raise ValueError(f"sa_drop must be a number in [0, 1) (0: SA always runs in training), got {drop!r}")
-        if config.reference_init and config.init_from_target:
-            raise ValueError("reference_init and init_from_target exclude each other: pick one initialisation")
-        if not 1 <= config.period_min <= config.period_max:
-            raise ValueError(f"need 1 <= period_min <= period_max, got {config.period_min}, {config.period_max}")
+        check_config(config)
         check_draft_vocab_size(config.draft_vocab_size, target)
         self.vocab = DraftVocab(target, config.draft_vocab_size, config.context_vocab)
         self.record_draft_top = True  # extras["draft_top"] for the app (costs well under 1 ms a cycle)
@@ -165,8 +149,6 @@ class MoADrafter(MoATraining, TrainedDrafter):
         lcfg = layer_config(target)
         h, eps = config.hidden_size, lcfg.rms_norm_eps
         kv_width = 2 * target.kv_heads * target.head_dim
-        if config.staircase not in ("random", "window"):
-            raise ValueError(f"staircase must be 'random' or 'window', got {config.staircase!r}")
         lsa_width = kv_width if config.lsa_full_width else config.lsa_dim
         lsa_heads = config.lsa_heads or (2 * target.kv_heads if config.lsa_full_width else 4)
         self.lsa = LayerSelfAttention(config.n_target_layers, kv_width, lsa_width, lsa_heads, h,
@@ -186,7 +168,7 @@ class MoADrafter(MoATraining, TrainedDrafter):
         # Inference needs the per-layer keys/values (and the final feature with final_feature); training
         # also regresses hidden states.
         self.needs = TargetNeeds(hidden_layers=(big_l,) if config.final_feature else (), layer_kv=True)
-        self.train_needs = TargetNeeds(hidden_layers=tuple(sorted({big_l - n, big_l})), layer_kv=True)
+        self.train_needs = TargetNeeds(hidden_layers=tuple(sorted({big_l - config.tli, big_l})), layer_kv=True)
         self.sa_cache: KVCache | None = None
         self._provisional: list[int] = []
         self._shortcut: torch.Tensor | None = None  # final_feature: the last verified one, projected [1, 1, H]
@@ -348,32 +330,6 @@ class MoADrafter(MoATraining, TrainedDrafter):
         finally:
             self._tli_rope = None
 
-    def _level_on(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
-                  writes: IndexWrites) -> torch.Tensor:
-        """`_advance` for core.static_pass.StaticLevels: the same arithmetic over the fixed-capacity caches, the
-        keys written at `writes.index`, CA reading the memory columns its length (`_level_memory`) makes
-        visible (`feats`, a parent's predicted feature, is EAGLE's input; MoA drafts from tokens alone)."""
-        tgt, cfg = self.target, self.config
-        tcos, tsin = tgt.rope(positions)
-        cos, sin = tcos.to(self._dtype), tsin.to(self._dtype)
-        x = tgt.embed_tokens(tokens).to(self._dtype)
-        sa_out, _ = run_layer(self._sa_fused, x, cos, sin, bias, writes, 0, tgt.n_heads, tgt.kv_heads, tgt.head_dim)
-        if self._shortcut is not None:
-            sa_out = sa_out + self._level_shortcut
-        columns = torch.arange(self.ca_cache.capacity, device=x.device)
-        seen = columns < self._level_memory
-        if cfg.ca_window:
-            seen &= columns >= self._level_memory - cfg.ca_window
-        mem_mask = seen[None, None, None].expand(1, 1, tokens.shape[1], -1)
-        state = self._ca_fused.predict(sa_out, cos, sin, self.ca_cache.keys[0], self.ca_cache.values[0], mem_mask)
-        if not cfg.tli:
-            return state
-        x, layers, tli_writes = state.to(tgt.dtype), tgt.fused_layers(), IndexWrites(self.tli_cache, writes.index)
-        for i in range(cfg.tli):
-            x, _ = run_layer(layers[cfg.n_target_layers - cfg.tli + i], x, tcos, tsin, bias.to(tgt.dtype), tli_writes,
-                             i, tgt.n_heads, tgt.kv_heads, tgt.head_dim)
-        return x
-
     def _step(self, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Draft tokens [1, m] at positions [1, m] under `mask` -> log-probs [m, V'] over the drafting vocabulary."""
         return self._logprobs(self._advance(tokens, positions, mask))
@@ -393,20 +349,11 @@ class MoADrafter(MoATraining, TrainedDrafter):
         resolve_auto_tree(self, target)
         self._sa_fused = fused_copy(self.sa)  # SA's weights may have changed (training) since the last conversation
         self._ca_fused = FusedPredict.cached(self)
-        cfg = self.config
-        self.static: StaticLevels | None = static_levels_for(  # fixed buffers unless the target's passes are eager
-            self, target, self._level_on, cfg.top_k, cfg.depth, target.hidden_size, self._dtype,
-            (self._sa_fused, self._ca_fused, *target.fused_layers()[cfg.n_target_layers - cfg.tli:]),
-            len(prefill.tokens) + LEVEL_ROOM, extra={"ca": (1, self._dtype), "tli": (max(1, cfg.tli), target.dtype)})
-        if self.static is not None:
-            self.sa_cache, self.ca_cache, self.tli_cache = (self.static.cache, self.static.extra["ca"],
-                                                            self.static.extra["tli"])
-            self._level_memory = torch.zeros(1, dtype=torch.long, device=dev)  # CA memory length, for the replay
-            self._level_shortcut = torch.zeros(1, 1, target.hidden_size, dtype=self._dtype, device=dev)
-        else:
+        self.static = moa_static.attach(self, target, len(prefill.tokens))  # None: eager levels, caches below
+        if self.static is None:
             self.sa_cache = KVCache(1, kvh, hd, cap, dtype=self._dtype, device=dev)
             self.ca_cache = KVCache(1, kvh, hd, cap, dtype=self._dtype, device=dev)
-            self.tli_cache = KVCache(max(1, cfg.tli), kvh, hd, cap, dtype=target.dtype, device=dev)
+            self.tli_cache = KVCache(max(1, self.config.tli), kvh, hd, cap, dtype=target.dtype, device=dev)
         self._absorb(prefill)
 
     @torch.no_grad()
@@ -520,11 +467,7 @@ class MoADrafter(MoATraining, TrainedDrafter):
         else:  # after offline drafting (extend_unverified / rollback_unverified) the root is run here
             root_lp = self._step(torch.tensor([[root]], device=dev), torch.tensor([[r]], device=dev), None)[0]
 
-        static = self.static if self.static is not None and self.static.fits(cfg.top_k, cfg.depth) else None
-        if static is not None:
-            self._level_memory.fill_(self.ca_cache.length)
-            if self._shortcut is not None:
-                self._level_shortcut.copy_(self._shortcut)
+        static = moa_static.before_levels(self)
 
         def expand(batch: Expansion) -> torch.Tensor:
             if static is not None:  # the same level on fixed buffers (replayed as a CUDA graph on a GPU)

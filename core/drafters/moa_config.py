@@ -102,3 +102,26 @@ class MoAConfig(DrafterConfig):
 # strictly earlier CA reads, and no MLP after CA (checkpoints from before `ca_mlp` existed had none).
 LEGACY = {"memory_norm": False, "reference_init": False, "own_row_reads": False, "init_from_target": True,
           "ca_mlp": False}
+
+
+def check_config(config: MoAConfig) -> None:
+    """What a MoA drafter checks of its config before it builds (ValueError: one line naming the value)."""
+    n = config.tli
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= min(MAX_TLI, config.n_target_layers):
+        raise ValueError(f"tli must be an integer in 0..{MAX_TLI} (and at most the target's layer count), "
+                         f"got {n!r}")
+    if isinstance(config.ca_window, bool) or not isinstance(config.ca_window, int) or config.ca_window < 0:
+        raise ValueError(f"ca_window must be an integer >= 0 (0: every verified position), "
+                         f"got {config.ca_window!r}")
+    gain = config.final_feature_gain
+    if isinstance(gain, bool) or not isinstance(gain, (int, float)) or not gain > 0:
+        raise ValueError(f"final_feature_gain must be a number > 0, got {gain!r}")
+    drop = config.sa_drop
+    if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not 0 <= drop < 1:
+        raise ValueError(f"sa_drop must be a number in [0, 1) (0: SA always runs in training), got {drop!r}")
+    if config.reference_init and config.init_from_target:
+        raise ValueError("reference_init and init_from_target exclude each other: pick one initialisation")
+    if not 1 <= config.period_min <= config.period_max:
+        raise ValueError(f"need 1 <= period_min <= period_max, got {config.period_min}, {config.period_max}")
+    if config.staircase not in ("random", "window"):
+        raise ValueError(f"staircase must be 'random' or 'window', got {config.staircase!r}")
