@@ -6,7 +6,7 @@ replay what has fixed shapes and fixed addresses. This module gives the verify p
 
 * the pass length T (root + draft nodes) is padded up to a bucket (`BUCKETS`); the padding rows carry token 0
   at the root's position and see only themselves, so no real row sees them and their outputs are dropped;
-* the KV cache has a fixed capacity C (no growth), new keys and values are written with `index_copy_` at
+* the KV cache has a fixed capacity C, new keys and values are written with `index_copy_` at
   device-side indices past + 0..bucket-1, and attention runs over all C columns under an additive mask that
   is built on the device from four input buffers (token ids, positions, the bucket's tree mask, `past`);
 * so the pass function reads nothing from Python that changes between cycles: a cycle writes its inputs into
@@ -18,8 +18,12 @@ Modes (`Target.pass_mode`, the benchmark's `--passes`):
     captured  static, with one CUDA graph per (bucket, outputs) captured on first use and replayed (CUDA only)
     auto      captured on CUDA, eager elsewhere
 
-The prefill and any pass longer than the largest bucket run eagerly into the same cache buffer. Drafters'
-own drafting levels are not captured here.
+The prefill and any pass longer than the largest bucket run eagerly into the same cache buffer (should one
+ever outgrow it, the buffer is reallocated and the graphs captured again). `StaticLevels` does the same for
+a dynamic-tree drafter's levels (EAGLE-2; MoA through core.drafters.moa_static): the frontier padded to
+top_k, the drafter's own cache fixed, each node's parent feature read from a slot pool, one graph per
+drafter. What stays eager: the prefill, each drafter's `accept`, the tree's host-side bookkeeping and one
+read of log-probs per level (docs/ARCHITECTURE.md, "Static passes and captured graphs").
 """
 
 from __future__ import annotations
