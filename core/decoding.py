@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from core.drafters.base import Drafter, Verified, select_rows
+from core.kv_cache import KVCache
 from core.static_pass import acquire, release, resolve_pass_mode
 from core.target import Target
 from core.trees.draft_tree import DraftTree
@@ -215,9 +216,11 @@ def generate_stream(
             release(passes)
 
 
-def _cycles(target, drafter, prompt_ids, max_new_tokens, sampling, record, hooks, stop, gen, cache,
-            verify_pass) -> Iterator[StepEvent]:
-    """generate_stream's prefill and cycles over the given cache and verify pass."""
+def _cycles(target: Target, drafter: Drafter, prompt_ids: Sequence[int], max_new_tokens: int,
+            sampling: SamplingConfig, record: bool, hooks: Sequence[Callable[[StepEvent], None]],
+            stop: set[int] | frozenset[int], gen: torch.Generator | None, cache: KVCache,
+            verify_pass: Callable) -> Iterator[StepEvent]:
+    """generate_stream's prefill and cycles, over its cache and its verify pass (eager or on fixed buffers)."""
     needs = drafter.needs
     dev = target.device
     prompt = torch.tensor(list(prompt_ids), dtype=torch.long, device=dev)

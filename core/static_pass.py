@@ -106,6 +106,8 @@ class StaticPasses:
                 "ids": torch.zeros(1, b, dtype=torch.long, device=dev),
                 "positions": torch.zeros(1, b, dtype=torch.long, device=dev),
                 "tree": torch.eye(b, dtype=torch.bool, device=dev),
+                "eye": torch.eye(b, dtype=torch.bool, device=dev),
+                "causal": torch.ones(b, b, dtype=torch.bool, device=dev).tril(),
                 "past": torch.zeros(1, dtype=torch.long, device=dev),
                 "steps": torch.arange(b, device=dev),
             }
@@ -133,11 +135,8 @@ class StaticPasses:
         buf["positions"].fill_(past)
         buf["positions"][0, :t] = positions.reshape(-1)
         tree = buf["tree"]
-        tree.copy_(torch.eye(bucket, dtype=torch.bool, device=tree.device))
-        if tree_mask is not None:
-            tree[:t, :t] = tree_mask
-        else:
-            tree[:t, :t] = torch.ones(t, t, dtype=torch.bool, device=tree.device).tril()
+        tree.copy_(buf["eye"])  # the padding rows see themselves
+        tree[:t, :t] = tree_mask if tree_mask is not None else buf["causal"][:t, :t]
         buf["past"].fill_(past)
 
     @torch.no_grad()
@@ -332,11 +331,11 @@ def static_levels_for(owner, target: Target, layer: Callable, width: int, depth:
     changed; `weights` are the drafter's inference copies, whose change (a training step) voids the graph;
     `tokens`: positions the conversation is expected to reach (the capacity is bucketed as the target's).
     Every cache starts empty."""
-    max_slots = (max(depth, DEEPEST_LEVEL) - 1) * width
     mode = resolve_pass_mode(target.pass_mode, target.device)
     if mode == "eager":
         return None
-    capacity = capacity_for(target.max_positions, target.max_positions, (max_slots + width,))
+    max_slots = (max(depth, DEEPEST_LEVEL) - 1) * width
+    capacity = capacity_for(tokens, target.max_positions, (max_slots + width,))  # grows if a conversation does
     key = (mode, width, max_slots, dtype, capacity, tuple(sorted((extra or {}).items())))
     known = owner.__dict__.get("_static_levels")
     if known is None or known[0] != key:
@@ -421,5 +420,6 @@ def capture_fallback(passes: StaticPasses | StaticLevels, err: Exception) -> Non
         passes.graphs.clear()
     else:
         passes.graph = None
-    warnings.warn(f"CUDA graph capture failed ({type(err).__name__}: {err}); the verify passes run on the static "
+    what = "verify passes" if isinstance(passes, StaticPasses) else "drafting levels"
+    warnings.warn(f"CUDA graph capture failed ({type(err).__name__}: {err}); the {what} run on the static "
                   f"buffers without capture", stacklevel=2)

@@ -26,6 +26,15 @@ def _tree_mask(t: int) -> torch.Tensor:
     return mask
 
 
+def _on_static(target, drafter, prompt, n):
+    """One generation with the target's passes (and the drafter's levels) on fixed buffers, run eagerly."""
+    target.pass_mode = "static"
+    try:
+        return generate(target, drafter, prompt, n)
+    finally:
+        target.pass_mode = "auto"
+
+
 def _prefilled(tiny, prompt):
     eager, static = tiny.new_cache(64), StaticPasses(tiny, 512)
     tiny.forward(prompt, cache=eager)
@@ -91,17 +100,13 @@ def test_pass_modes_are_checked_in_one_line():
 
 
 def test_generations_share_buffers_one_at_a_time(tiny):
-    tiny.pass_mode = "static"
-    try:
-        a = acquire(tiny, "static", 100)
-        b = acquire(tiny, "static", 100)
-        assert a is not b and a.capacity == b.capacity == 512
-        release(a)
-        assert acquire(tiny, "static", 90) is a
-        release(a)
-        release(b)
-    finally:
-        tiny.pass_mode = "auto"
+    a = acquire(tiny, "static", 100)
+    b = acquire(tiny, "static", 100)
+    assert a is not b and a.capacity == b.capacity == 512
+    release(a)
+    assert acquire(tiny, "static", 90) is a
+    release(a)
+    release(b)
 
 
 @pytest.mark.parametrize("total_tokens", [3, 7, 15, 31, 63, 100])
@@ -109,11 +114,7 @@ def test_tiny_static_decoding_equals_plain_decoding(tiny, total_tokens):
     prompt = [3, 9, 4, 17, 8, 2, 30]
     plain = generate(tiny, Autoregressive(), prompt, 40).token_ids
     drafter = Eagle2Drafter.random(tiny, seed=0, depth=6, top_k=8, total_tokens=total_tokens)
-    tiny.pass_mode = "static"
-    try:
-        got = generate(tiny, drafter, prompt, 40)
-    finally:
-        tiny.pass_mode = "auto"
+    got = _on_static(tiny, drafter, prompt, 40)
     assert got.token_ids == plain
     sizes = {len(e.tree) + 1 for e in got.events[1:]}
     assert bucket_for(max(sizes)) == bucket_for(total_tokens + 1)
@@ -130,14 +131,6 @@ def target32():
     return load_target(dtype="float32")
 
 
-def _static_tokens(target, drafter, ids, n):
-    target.pass_mode = "static"
-    try:
-        return generate(target, drafter, ids, n)
-    finally:
-        target.pass_mode = "auto"
-
-
 @pytest.mark.real
 def test_every_method_decodes_on_static_buffers_as_plain_decoding_in_float32(target32):
     from core.methods import BASELINE, build_drafter, lookup_names, shipped_names
@@ -146,7 +139,7 @@ def test_every_method_decodes_on_static_buffers_as_plain_decoding_in_float32(tar
         ids = target32.chat_ids(prompt)
         plain = generate(target32, Autoregressive(), ids, 32).token_ids
         for method in [BASELINE, *shipped_names(), *lookup_names()]:
-            got = _static_tokens(target32, build_drafter(method, target32), ids, 32)
+            got = _on_static(target32, build_drafter(method, target32), ids, 32)
             assert got.token_ids == plain, method
 
 
@@ -158,7 +151,7 @@ def test_every_bucket_decodes_on_static_buffers_as_plain_decoding_in_float32(tar
     ids = target32.chat_ids(REAL_PROMPTS[0])
     plain = generate(target32, Autoregressive(), ids, 24).token_ids
     drafter = build_drafter("eagle2", target32, depth=6, top_k=10, total_tokens=total_tokens)
-    got = _static_tokens(target32, drafter, ids, 24)
+    got = _on_static(target32, drafter, ids, 24)
     assert got.token_ids == plain
     assert bucket_for(max(len(e.tree) + 1 for e in got.events[1:])) == bucket_for(total_tokens + 1)
 
@@ -218,12 +211,8 @@ def _trees(result):
 def _same_trees_eager_and_static(target, drafter, prompt, n=30):
     """Decode eagerly, then on static passes and levels: the same tokens and the same trees, level by level."""
     eager = generate(target, drafter, prompt, n)
-    target.pass_mode = "static"
-    try:
-        static = generate(target, drafter, prompt, n)
-        assert drafter.static is not None
-    finally:
-        target.pass_mode = "auto"
+    static = _on_static(target, drafter, prompt, n)
+    assert drafter.static is not None
     assert static.token_ids == eager.token_ids
     for (t1, p1, q1), (t2, p2, q2) in zip(_trees(eager), _trees(static), strict=True):
         assert (t1, p1) == (t2, p2)
@@ -246,7 +235,7 @@ def test_shipped_tree_drafters_draft_the_same_trees_on_static_levels_in_float32(
     ids = target32.chat_ids(REAL_PROMPTS[1])
     drafter = build_drafter(method, target32, depth=4, top_k=8, total_tokens=15)
     eager = generate(target32, drafter, ids, 24)
-    static = _static_tokens(target32, drafter, ids, 24)
+    static = _on_static(target32, drafter, ids, 24)
     assert drafter.static is not None
     assert static.token_ids == eager.token_ids
     for (t1, p1, _), (t2, p2, _) in zip(_trees(eager), _trees(static), strict=True):
@@ -290,11 +279,7 @@ def test_static_levels_grow_with_a_long_conversation(tiny, monkeypatch):
     prompt = [3, 9, 4, 17, 8, 2, 30, 11, 5]
     drafter = Eagle2Drafter.random(tiny, seed=1, depth=3, top_k=4, total_tokens=7)
     eager = generate(tiny, drafter, prompt, 60)
-    tiny.pass_mode = "static"
-    try:
-        static = generate(tiny, drafter, prompt, 60)
-    finally:
-        tiny.pass_mode = "auto"
+    static = _on_static(tiny, drafter, prompt, 60)
     assert drafter.static.cache.capacity > 64  # started at 64, grew
     assert static.token_ids == eager.token_ids
     assert [t[:2] for t in _trees(static)] == [t[:2] for t in _trees(eager)]

@@ -152,27 +152,24 @@ class Eagle2Drafter(TrainedDrafter):
     def _run(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
              mask: torch.Tensor | None) -> torch.Tensor:
         """Pairs [1, T] through the layer on top of the cache (mask None = causal, whole prefix visible)."""
+        out = self._layer_on(feats, tokens, positions, mask, self.cache)
+        self.cache.commit(tokens.shape[1])
+        return out
+
+    def _layer_on(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+                  mask: torch.Tensor | None, writes) -> torch.Tensor:
+        """The layer's arithmetic, its keys appended through `writes`: this drafter's KV cache when drafting
+        eagerly (`_run` commits them), core.static_pass.IndexWrites on static levels (`mask` is then the level's
+        additive mask over the whole buffer)."""
         x = self._fuse(feats, tokens)
         cos, sin = self.target.rope(positions)
         if cos.dtype != x.dtype:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         tgt = self.target
         if self._fused is not None:
-            out, _ = run_layer(self._fused, x, cos, sin, mask, self.cache, 0, tgt.n_heads, tgt.kv_heads,
-                               tgt.head_dim)
+            out, _ = run_layer(self._fused, x, cos, sin, mask, writes, 0, tgt.n_heads, tgt.kv_heads, tgt.head_dim)
         else:
-            out, _ = decoder_layer(self.layer, x, cos, sin, mask, self.cache, 0, tgt.head_dim)
-        self.cache.commit(tokens.shape[1])
-        return self.to_target_units(out)
-
-    def _layer_on(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor,
-                  writes) -> torch.Tensor:
-        """`_run` for core.static_pass.StaticLevels: the same arithmetic, its keys written through `writes`."""
-        x = self._fuse(feats, tokens)
-        cos, sin = self.target.rope(positions)
-        tgt = self.target
-        out, _ = run_layer(self._fused, x, cos.to(x.dtype), sin.to(x.dtype), bias, writes, 0, tgt.n_heads,
-                           tgt.kv_heads, tgt.head_dim)
+            out, _ = decoder_layer(self.layer, x, cos, sin, mask, writes, 0, tgt.head_dim)
         return self.to_target_units(out)
 
     def _logprobs(self, feats: torch.Tensor) -> torch.Tensor:
