@@ -282,7 +282,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "tree stored in each checkpoint, the same for every dynamic-tree method (compare tau)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--passes", choices=PASS_MODES, default="auto",
-                   help="how the target's verify passes run (core.static_pass): auto = captured CUDA graphs on a "
+                   help="how verify passes and drafting levels run (core.static_pass): auto = captured CUDA graphs on a "
                         "GPU, eager on a CPU; eager; static (fixed buffers, no capture); captured (CUDA only)")
     p.add_argument("--no-record", action="store_true", help="skip step traces (no failure analysis)")
     p.add_argument("--no-warmup", action="store_true")

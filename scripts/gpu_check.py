@@ -217,14 +217,14 @@ def profile_cycles(device: str, passes: str, methods: list[str], tokens: int = 3
         top_device = _top_ops(events, _device_us, cycles, top) if device == "cuda" else []
         # one-element reads to the host (.item(), int(), a scalar .tolist()) and device-to-host copies: each
         # makes the host wait for the device when its tensor lives there (on a CPU they only count the reads)
-        syncs = sum(e.count for e in events if e.key in ("aten::_local_scalar_dense", "cudaStreamSynchronize")
+        reads = sum(e.count for e in events if e.key in ("aten::_local_scalar_dense", "cudaStreamSynchronize")
                     or "DtoH" in e.key)
         rows[method] = {
             "cycles": cycles, "tau": round(result.mean_accepted, 3),
             "draft_ms_per_cycle": round(1000 * sum(e.draft_time for e in result.events[1:]) / cycles, 3),
             "verify_ms_per_cycle": round(1000 * sum(e.verify_time for e in result.events[1:]) / cycles, 3),
             "operator_calls": {k: round(v, 1) for k, v in calls.items() if k != "cycles"},
-            "host_reads_per_cycle": round(syncs / cycles, 1),
+            "host_reads_per_cycle": round(reads / cycles, 1),
             "top_host": top_host, "top_device": top_device,
         }
         r = rows[method]
